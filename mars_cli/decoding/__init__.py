@@ -1,0 +1,1 @@
+"""The decoding core shared by generate, calibrate, profile and eval."""

@@ -1,0 +1,144 @@
+"""Drafters propose tokens; the target verifies them. Any drafter works with any rule.
+
+Protocol: `reset()` before a new sequence; `propose(history, k)` returns up to k tokens (and
+their distribution q when the drafter has one); `commit(length)` tells the drafter that only
+the first `length` tokens of the history are final, so it forgets anything cached past them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from ..errors import UserError
+from ..models import LoadedModel
+from .kv import KVCache
+from .sampling import SamplingParams, probabilities, process_logits, sample
+
+
+@dataclass
+class Draft:
+    tokens: torch.Tensor  # [k'] long, on the target's device
+    probs: torch.Tensor | None = None  # [k', V]: the drafter's q, None for one-hot drafters
+
+
+class Drafter(Protocol):
+    name: str
+
+    def reset(self) -> None: ...
+
+    def propose(self, history: torch.Tensor, k: int) -> Draft: ...
+
+    def commit(self, length: int) -> None: ...
+
+
+class NoDrafter:
+    """Proposes nothing: every round is one plain autoregressive step of the target."""
+
+    name = "none"
+
+    def __init__(self, device: torch.device) -> None:
+        self._empty = Draft(torch.empty(0, dtype=torch.long, device=device))
+
+    def reset(self) -> None:
+        pass
+
+    def propose(self, history: torch.Tensor, k: int) -> Draft:
+        return self._empty
+
+    def commit(self, length: int) -> None:
+        pass
+
+
+class NgramDrafter:
+    """Prompt lookup: find the most recent earlier occurrence of the last n tokens (n from
+    `max_ngram` down to `min_ngram`) in prompt + generated text and propose what followed it."""
+
+    name = "ngram"
+
+    def __init__(self, device: torch.device, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise UserError(f"n-gram sizes must satisfy 1 <= min <= max, got {min_ngram}..{max_ngram}")
+        self.device = device
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def reset(self) -> None:
+        pass
+
+    def commit(self, length: int) -> None:
+        pass
+
+    def propose(self, history: torch.Tensor, k: int) -> Draft:
+        """`history` is the CPU token history; matching there avoids device round trips."""
+        length = history.shape[0]
+        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
+            tail = history[length - n :]
+            # windows starting at 0 .. length-n-1, i.e. every earlier occurrence of the tail
+            windows = history[: length - 1].unfold(0, n, 1)
+            hits = (windows == tail).all(dim=1).nonzero()
+            if hits.numel():
+                start = int(hits[-1, 0]) + n
+                proposal = history[start : start + k]
+                if proposal.numel():
+                    return Draft(proposal.to(self.device))
+        return Draft(torch.empty(0, dtype=torch.long, device=self.device))
+
+
+def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
+    """A draft model must score the same token ids as the target; refuse anything else."""
+    probe = "Speculative decoding: 12 drafts, naïve café — 東京 ✓"
+    target_width = target.model.get_output_embeddings().weight.shape[0]
+    draft_width = draft.model.get_output_embeddings().weight.shape[0]
+    problems = []
+    if len(target.tokenizer) != len(draft.tokenizer):
+        problems.append(f"vocabulary sizes {len(target.tokenizer)} vs {len(draft.tokenizer)}")
+    elif target.tokenizer.encode(probe) != draft.tokenizer.encode(probe):
+        problems.append("the same text tokenises differently")
+    if target_width != draft_width:
+        problems.append(f"output widths {target_width} vs {draft_width}")
+    if problems:
+        raise UserError(
+            f"draft model {draft.spec!r} does not share the target's vocabulary ({'; '.join(problems)})"
+        )
+
+
+class ModelDrafter:
+    """A smaller causal LM with the target's vocabulary, drafting autoregressively with its
+    own KV cache, which is rolled back together with the target's."""
+
+    name = "model"
+
+    def __init__(self, draft: LoadedModel, sampling: SamplingParams, generator: torch.Generator | None) -> None:
+        self.draft = draft
+        self.sampling = sampling
+        self.generator = generator
+        self.cache = KVCache(draft.model)
+
+    def reset(self) -> None:
+        self.cache = KVCache(self.draft.model)
+
+    def commit(self, length: int) -> None:
+        self.cache.truncate(length)
+
+    @torch.inference_mode()
+    def propose(self, history: torch.Tensor, k: int) -> Draft:
+        feed = history[len(self.cache) :].to(self.draft.device)[None]
+        tokens, rows = [], []
+        for _ in range(k):
+            logits = self.cache.forward(feed).logits[0, -1]
+            processed = process_logits(logits, self.sampling)
+            if self.sampling.greedy:
+                token = processed.argmax(dim=-1)
+            else:
+                q = probabilities(processed)
+                token = sample(q, self.generator)
+                rows.append(q)
+            tokens.append(token)
+            feed = token.reshape(1, 1)
+        if not tokens:
+            return Draft(torch.empty(0, dtype=torch.long, device=self.draft.device))
+        probs = torch.stack(rows) if rows else None
+        return Draft(torch.stack(tokens), probs)

@@ -1,0 +1,183 @@
+"""Verification rules: strict (lossless) and MARS (margin-aware), greedy and sampling forms.
+
+Everything here is a pure function over tensors, vectorised over the k draft positions: no
+per-token Python loop and exactly one device->host transfer per round (in `Verifier.verify`).
+
+Shapes: the target scores the last accepted token plus k drafts, so `logits` is [k+1, V],
+`drafts` is [k], and the drafter's distribution `draft_probs` is [k, V] or None (a drafter
+without a distribution, such as n-gram lookup, has a one-hot q at its token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from .sampling import SamplingParams, probabilities, process_logits
+
+Rule = Literal["strict", "mars"]
+MarginMeasure = Literal["logit-ratio", "prob-ratio"]
+MARGIN_MEASURES: tuple[str, ...] = ("logit-ratio", "prob-ratio")
+DEFAULT_THRESHOLD = 0.9  # the paper's global theta
+
+
+# --------------------------------------------------------------------------- margins
+def top_two(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(top1 ids, top2 ids, z1, z2) per row. top1 is argmax (the greedy choice, first index on
+    ties); top2 is the best of the rest, so a tie for first place gives z1 == z2."""
+    top1 = logits.argmax(dim=-1)
+    z1 = logits.gather(-1, top1[:, None])[:, 0]
+    rest = logits.scatter(-1, top1[:, None], float("-inf"))
+    top2 = rest.argmax(dim=-1)
+    z2 = rest.gather(-1, top2[:, None])[:, 0]
+    return top1, top2, z1, z2
+
+
+def logit_ratio(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
+    """The paper's r = z2 / z1. Undefined as a confidence measure when z1 <= 0 (the ratio then
+    grows as the runner-up falls behind), so such positions get -inf: never relaxed."""
+    ratio = z2 / z1
+    return torch.where((z1 > 0) & torch.isfinite(z2), ratio, torch.full_like(ratio, float("-inf")))
+
+
+def prob_ratio(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
+    """p2 / p1 = exp(z2 - z1): shift-invariant, 0 when the runner-up was masked out."""
+    return torch.exp(z2 - z1).nan_to_num(nan=0.0)
+
+
+def margin(z1: torch.Tensor, z2: torch.Tensor, measure: MarginMeasure) -> torch.Tensor:
+    """Higher means less decisive. Positions with margin > theta are low-margin."""
+    return logit_ratio(z1, z2) if measure == "logit-ratio" else prob_ratio(z1, z2)
+
+
+def accepted_length(ok: torch.Tensor) -> torch.Tensor:
+    """Length of the all-True prefix of a bool vector (0-dim tensor, stays on device)."""
+    return ok.long().cumprod(dim=0).sum()
+
+
+# --------------------------------------------------------------------------- acceptance masks
+def greedy_accepts(
+    drafts: torch.Tensor, top1: torch.Tensor, top2: torch.Tensor, low_margin: torch.Tensor | None
+) -> torch.Tensor:
+    """Greedy rule per position. Strict: draft == top1. MARS (paper, Algorithm 1): also accept
+    the runner-up where the position is low-margin. `low_margin=None` means strict."""
+    ok = drafts == top1
+    if low_margin is not None:
+        ok = ok | ((drafts == top2) & low_margin)
+    return ok
+
+
+def sampling_accepts(
+    draft_p: torch.Tensor,
+    draft_q: torch.Tensor,
+    uniforms: torch.Tensor,
+    in_top_two: torch.Tensor | None,
+    low_margin: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sampling rule per position -> (accepted, accepted_by_strict_rule).
+
+    Strict: accept with probability min(1, p(x)/q(x)), i.e. u * q(x) < p(x). MARS (the authors'
+    released behaviour): at a low-margin position also accept x deterministically when it is the
+    target's top-1 or top-2. The same uniforms drive both, so MARS with a threshold nothing can
+    pass reproduces strict sampling exactly.
+    """
+    strict = uniforms * draft_q < draft_p
+    if low_margin is None or in_top_two is None:
+        return strict, strict
+    return strict | (low_margin & in_top_two), strict
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """normalize(max(0, p - q)) per row; where p == q leaves no mass, fall back to p."""
+    residual = (p - q).clamp_min(0.0)
+    mass = residual.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, residual / mass.clamp_min(1e-30), p)
+
+
+# --------------------------------------------------------------------------- the verifier
+@dataclass
+class Verdict:
+    """The outcome of one round, already on the host."""
+
+    accepted: int  # drafts accepted (a prefix)
+    next_token: int  # correction (first rejection) or bonus (all accepted)
+    relaxed: int  # accepted drafts the strict rule would have rejected
+    examined: int  # draft positions the rule looked at (accepted + the rejected one)
+    low_margin: int  # examined positions that were low-margin
+    margins: torch.Tensor | None  # margins of the examined positions (MARS only)
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """Strict or MARS verification under fixed sampling settings."""
+
+    rule: Rule = "strict"
+    threshold: float = DEFAULT_THRESHOLD
+    measure: MarginMeasure = "logit-ratio"
+    sampling: SamplingParams = SamplingParams()
+
+    def verify(
+        self,
+        logits: torch.Tensor,
+        drafts: torch.Tensor,
+        draft_probs: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Verdict:
+        k = drafts.shape[0]
+        processed = process_logits(logits, self.sampling)
+        # NaN anywhere poisons the row's max; checked with the round's single host sync
+        faulty = (~torch.isfinite(processed.max(dim=-1).values)).any().long()
+        if self.sampling.greedy and self.rule == "strict":
+            top1 = processed.argmax(dim=-1)
+            n = accepted_length(drafts == top1[:k])
+            summary = torch.stack([n, top1[n], torch.zeros_like(n), torch.zeros_like(n), faulty])
+            return _verdict(summary, k, None)
+
+        top1, top2, z1, z2 = top_two(processed)
+        low = None
+        margins = None
+        if self.rule == "mars":
+            margins = margin(z1[:k], z2[:k], self.measure)
+            low = (margins > self.threshold) & torch.isfinite(z2[:k])
+
+        if self.sampling.greedy:
+            ok = greedy_accepts(drafts, top1[:k], top2[:k], low)
+            n = accepted_length(ok)
+            within = torch.arange(k, device=logits.device) < n
+            relaxed = (within & (drafts != top1[:k])).long()
+            next_token = top1[n]
+        else:
+            p = probabilities(processed)
+            rows = torch.arange(k, device=logits.device)
+            q = draft_probs if draft_probs is not None else _one_hot(drafts, p.shape[-1], p.dtype)
+            draft_p, draft_q = p[rows, drafts], q[rows, drafts]
+            uniforms = torch.rand(k, generator=generator, device=logits.device)
+            in_top_two = (drafts == top1[:k]) | (drafts == top2[:k])
+            ok, strict_ok = sampling_accepts(draft_p, draft_q, uniforms, in_top_two, low)
+            n = accepted_length(ok)
+            # one vectorised draw per position: residuals at 0..k-1, the bonus from p[k]
+            targets = torch.cat([residual_distribution(p[:k], q), p[k:]], dim=0)
+            targets = targets.nan_to_num(nan=1.0).clamp_min(0.0)  # a faulty round raises below
+            draws = torch.multinomial(targets, 1, generator=generator)[:, 0]
+            next_token = draws[n]
+            within = torch.arange(k, device=logits.device) < n
+            relaxed = (within & ~strict_ok).long()
+        summary = torch.stack([n, next_token, relaxed.sum(), torch.zeros_like(n), faulty])
+        if low is not None:
+            examined = torch.arange(k, device=logits.device) <= n
+            summary[3] = (low & examined).sum()
+        return _verdict(summary, k, margins)
+
+
+def _one_hot(tokens: torch.Tensor, vocab: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.nn.functional.one_hot(tokens, vocab).to(dtype)
+
+
+def _verdict(summary: torch.Tensor, k: int, margins: torch.Tensor | None) -> Verdict:
+    n, next_token, relaxed, low, faulty = summary.tolist()  # the round's single host sync
+    if faulty:
+        raise FloatingPointError("the target produced NaN or infinite logits; refusing to emit tokens")
+    examined = min(n + 1, k)
+    return Verdict(n, next_token, relaxed, examined, low, None if margins is None else margins[:examined])

