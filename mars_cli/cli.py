@@ -6,7 +6,6 @@ import json
 import sys
 from typing import Annotated, Optional
 
-import click
 import typer
 from rich.console import Console
 
@@ -184,17 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args
     command = typer.main.get_command(app)
     try:
-        command.main(args=args, prog_name="mars", standalone_mode=False)
-        return 0
-    except click.exceptions.Exit as exc:
+        result = command.main(args=args, prog_name="mars", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return 2
-    except click.exceptions.Abort:
-        err.print("interrupted")
-        return 130
-    except KeyboardInterrupt:
+    except typer.TyperException as exc:  # usage errors: click's own message, exit code 2
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        return getattr(exc, "exit_code", 2)
+    except (typer.Abort, KeyboardInterrupt):
         err.print("interrupted")
         return 130
     except UserError as exc:

@@ -211,6 +211,11 @@ class LoadedModel:
         return ids
 
     @property
+    def output_device(self) -> torch.device:
+        """Where logits land (differs from `device` when device_map splits the model)."""
+        return self.model.get_output_embeddings().weight.device
+
+    @property
     def context_window(self) -> int | None:
         return getattr(self.model.config, "max_position_embeddings", None)
 
@@ -250,8 +255,6 @@ def load_model(
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     location, gguf_name = resolve_spec(spec)
-    if gguf_name is not None:
-        location = gguf_cache_entry(Path(location))
     if trust_remote_code:
         print("mars: warning: --trust-remote-code runs Python code shipped with the model",
               file=sys.stderr)
@@ -261,12 +264,16 @@ def load_model(
     if device_map is not None:
         kwargs["device_map"] = device_map
     try:
+        if gguf_name is not None:
+            location = gguf_cache_entry(Path(location))
         with _quiet_loading():
             tokenizer = AutoTokenizer.from_pretrained(
                 location, trust_remote_code=trust_remote_code, local_files_only=isinstance(location, Path)
             )
             model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
-    except (OSError, ValueError) as exc:
+    except UserError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError, EOFError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot load model {spec!r}: {first_line}") from exc
     if device_map is None:

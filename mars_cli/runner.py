@@ -139,7 +139,7 @@ class Session:
 
     # ------------------------------------------------------------------ decoding
     def stream(self, prompt_ids: list[int], stats: DecodeStats) -> Iterator[list[int]]:
-        generator = make_generator(self.target.device, self.options.seed)
+        generator = make_generator(self.target.output_device, self.options.seed)
         if self.options.seed is not None and isinstance(self.drafter, ModelDrafter):
             self.drafter.generator.manual_seed(self.options.seed + 1)
         settings = DecodeSettings(self.options.max_new_tokens, self.options.num_draft, self.options.stop)

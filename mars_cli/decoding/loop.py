@@ -81,13 +81,19 @@ def decode(
         k = max(0, min(settings.num_draft, room))
         draft = drafter.propose(history[:length], k) if k else None
         draft_tokens = draft.tokens[:k].to(device) if draft else pending[:0]
-        draft_probs = draft.probs[:k].to(device) if draft and draft.probs is not None else None
+        draft_probs = draft.probs[:k] if draft and draft.probs is not None else None
         clock.lap("draft")
 
         logits = cache.forward(torch.cat([pending, draft_tokens])[None]).logits[0]
         clock.lap("target")
 
-        verdict = verifier.verify(logits, draft_tokens, draft_probs, generator)
+        on_logits = logits.device
+        verdict = verifier.verify(
+            logits,
+            draft_tokens.to(on_logits),
+            None if draft_probs is None else draft_probs.to(on_logits),
+            generator,
+        )
         n = verdict.accepted
         emitted = draft_tokens[:n].tolist() + [verdict.next_token]
         clock.lap("verify")

@@ -1,0 +1,112 @@
+"""Fixtures: tiny randomly initialised Llama-style models with a real (character-level)
+tokenizer, saved as ordinary model directories so every code path, CLI included, loads them
+exactly as it would a user's model. No file comes from the network."""
+
+from __future__ import annotations
+
+import os
+import string
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(2)
+
+CHARS = string.ascii_letters + string.digits + " .,;:!?'-\n"
+SPECIALS = ["<pad>", "<s>", "</s>"]
+EOS_ID = 2
+
+
+def build_tokenizer(extra_tokens: int = 0):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: index for index, token in enumerate(SPECIALS + list(CHARS))}
+    for extra in range(extra_tokens):
+        vocab[f"<x{extra}>"] = len(vocab)
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<pad>"
+    )
+
+
+def build_model(vocab_size: int, seed: int, layers: int = 2, hidden: int = 32):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=EOS_ID,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval()
+    # Sharpen the output layer so greedy choices are decisive (random init is near-uniform),
+    # which keeps argmax ties between batched and single-token passes out of the tests.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    model.generation_config.eos_token_id = EOS_ID
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def save_model_dir(path: Path, vocab_extra: int = 0, seed: int = 0, layers: int = 2) -> Path:
+    tokenizer = build_tokenizer(vocab_extra)
+    model = build_model(len(tokenizer), seed, layers)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    return save_model_dir(tmp_path_factory.mktemp("tiny-target"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_dir(tmp_path_factory) -> Path:
+    return save_model_dir(tmp_path_factory.mktemp("tiny-draft"), seed=1, layers=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_other_vocab_dir(tmp_path_factory) -> Path:
+    return save_model_dir(tmp_path_factory.mktemp("tiny-other-vocab"), vocab_extra=5, seed=2, layers=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_dir):
+    from mars_cli.models import load_model
+
+    return load_model(str(tiny_dir), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tiny_draft_dir):
+    from mars_cli.models import load_model
+
+    return load_model(str(tiny_draft_dir), device="cpu")
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory, monkeypatch):
+    """Keep user profile lookups away from the developer's own files; the model cache is shared
+    by the session (so the embedded model converts once), under MARS_CACHE if set."""
+    monkeypatch.setenv("MARS_PROFILES", str(tmp_path_factory.getbasetemp() / "user-profiles"))
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    from mars_cli.models import load_model
+
+    return load_model("smollm2-135m", device="cpu")

@@ -1,0 +1,136 @@
+"""The CLI through its real entry point: output contract, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mars_cli.cli import main
+
+CONTRACT_STATS = {
+    "tokens_per_s", "wall_s", "rounds", "drafted", "accepted", "relaxed", "mean_accepted",
+    "acceptance_rate", "per_position_acceptance",
+}
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_json_output_has_contract_keys(capsys, tiny_dir):
+    code, out, _ = run_cli(capsys, "generate", "abc abc", "--target", str(tiny_dir), "--json",
+                           "--draft", "ngram", "-n", "10", "--device", "cpu")
+    assert code == 0
+    payload = json.loads(out)
+    assert {"text", "new_tokens", "config", "stats"} <= payload.keys()
+    assert CONTRACT_STATS <= payload["stats"].keys()
+    assert payload["config"]["draft"] == "ngram" and payload["config"]["threshold_source"] == "default"
+    assert payload["new_tokens"] == len(payload["token_ids"]) <= 10
+
+
+def test_streamed_text_equals_json_text(capsys, tiny_dir):
+    args = ["generate", "hello there", "--target", str(tiny_dir), "-n", "15", "--device", "cpu"]
+    code, streamed, _ = run_cli(capsys, *args)
+    assert code == 0
+    _, out, _ = run_cli(capsys, *args, "--json")
+    assert streamed.rstrip("\n") == json.loads(out)["text"]
+
+
+def test_same_seed_same_output(capsys, tiny_dir):
+    args = ["generate", "seeded", "--target", str(tiny_dir), "-n", "20", "--temperature", "1.0",
+            "--top-p", "0.9", "--json", "--device", "cpu"]
+    first = json.loads(run_cli(capsys, *args, "--seed", "7")[1])["token_ids"]
+    second = json.loads(run_cli(capsys, *args, "--seed", "7")[1])["token_ids"]
+    assert first == second
+
+
+def test_stats_table_is_printed(capsys, tiny_dir):
+    code, _, err = run_cli(capsys, "generate", "abc", "--target", str(tiny_dir), "-n", "5",
+                           "--stats", "--verify", "mars", "--draft", "ngram", "--device", "cpu")
+    assert code == 0
+    assert "mean accepted" in err and "mars (logit-ratio > 0.900, from default)" in err
+
+
+def test_prompt_from_stdin(monkeypatch, capsys, tiny_dir):
+    import io
+
+    class FakeStdin(io.TextIOWrapper):
+        def isatty(self) -> bool:
+            return False
+
+    monkeypatch.setattr(sys, "stdin", FakeStdin(io.BytesIO("from stdin".encode())))
+    code, out, _ = run_cli(capsys, "generate", "-", "--target", str(tiny_dir), "-n", "4", "--json", "--device", "cpu")
+    assert code == 0 and json.loads(out)["config"]["target"] == str(tiny_dir)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--target", "no-such-model"], "unknown model"),
+        (["--target", "/nonexistent/model.gguf"], "not found"),
+        (["--max-new-tokens", "0"], "--max-new-tokens"),
+        (["--temperature", "-1"], "--temperature"),
+        (["--top-p", "0"], "--top-p"),
+        (["--top-p", "1.5"], "--top-p"),
+        (["--top-k", "-2"], "--top-k"),
+        (["--num-draft", "0"], "--num-draft"),
+        (["--threshold", "nan"], "--threshold"),
+        (["--threshold", "1.5"], "--threshold"),
+        (["--verify", "loose"], "--verify"),
+        (["--margin", "entropy"], "--margin"),
+        (["--device", "cuda"] if not __import__("torch").cuda.is_available() else ["--device", "tpu"], "device"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, tiny_dir, args, message):
+    base = ["generate", "hi", "--target", str(tiny_dir)]
+    if "--target" in args:
+        base = ["generate", "hi"]
+    code, out, err = run_cli(capsys, *base, *args)
+    assert code == 2
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in err and out == ""
+
+
+def test_empty_prompt_is_refused(capsys, tiny_dir):
+    code, _, err = run_cli(capsys, "generate", "   ", "--target", str(tiny_dir))
+    assert code == 2 and "empty" in err
+
+
+def test_unknown_flag_is_usage_error(capsys):
+    code, _, err = run_cli(capsys, "generate", "hi", "--no-such-flag")
+    assert code == 2 and "No such option" in err
+
+
+def test_draft_with_other_vocabulary_is_refused(capsys, tiny_dir, tiny_other_vocab_dir):
+    code, _, err = run_cli(capsys, "generate", "hi", "--target", str(tiny_dir), "--draft",
+                           str(tiny_other_vocab_dir), "--device", "cpu")
+    assert code == 2 and "does not share the target's vocabulary" in err
+
+
+def test_help_documents_every_flag(capsys):
+    code, out, _ = run_cli(capsys, "generate", "--help")
+    assert code == 0
+    for flag in ("--target", "--draft", "--verify", "--threshold", "--margin", "--profile", "--num-draft",
+                 "--max-new-tokens", "--temperature", "--top-p", "--top-k", "--seed", "--device", "--dtype",
+                 "--device-map", "--json", "--stats", "--raw", "--stop", "--trust-remote-code"):
+        assert flag in out, flag
+
+
+def test_console_script_runs_as_a_real_process(tiny_dir):
+    script = Path(sys.executable).with_name("mars")
+    env = dict(os.environ, COLUMNS="120")
+    done = subprocess.run([str(script), "generate", "hi", "--target", str(tiny_dir), "-n", "3", "--json",
+                           "--device", "cpu"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["new_tokens"] <= 3
+    bad = subprocess.run([str(script), "generate", "hi", "--top-p", "2"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr

@@ -1,0 +1,208 @@
+"""The decoding loop: losslessness against transformers' own greedy output, stopping, stats,
+and the sampling distribution end to end."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from mars_cli.decoding.drafters import Draft, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
+from mars_cli.decoding.loop import DecodeSettings, decode, make_generator
+from mars_cli.decoding.sampling import SamplingParams
+from mars_cli.decoding.stats import DecodeStats
+from mars_cli.decoding.verifiers import Verifier
+from mars_cli.errors import UserError
+from mars_cli.models import load_model
+
+from .conftest import EOS_ID
+
+
+def hf_greedy(target, prompt: list[int], max_new: int, eos: int | None = EOS_ID) -> list[int]:
+    ids = torch.tensor([prompt])
+    out = target.model.generate(
+        ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
+        min_new_tokens=0 if eos is not None else max_new, eos_token_id=eos, pad_token_id=0,
+    )
+    return out[0, len(prompt):].tolist()
+
+
+def run(target, drafter, prompt, max_new, k=4, verifier=Verifier("strict"), generator=None, stats=None):
+    tokens: list[int] = []
+    for chunk in decode(target, drafter, verifier, prompt, DecodeSettings(max_new, k), generator, stats):
+        tokens.extend(chunk)
+    return tokens
+
+
+class ScriptedDrafter:
+    """Proposes from a fixed continuation, optionally corrupting chosen positions: lets a test
+    build drafts that are always right, always wrong or partly right."""
+
+    name = "scripted"
+
+    def __init__(self, prompt_len: int, continuation: list[int], vocab: int, wrong_share: float = 0.0,
+                 always_wrong: bool = False) -> None:
+        self.prompt_len, self.continuation, self.vocab = prompt_len, continuation, vocab
+        self.wrong_share, self.always_wrong = wrong_share, always_wrong
+        self.rng = random.Random(0)
+
+    def reset(self) -> None:
+        self.rng = random.Random(0)
+
+    def commit(self, length: int) -> None:
+        pass
+
+    def propose(self, history: torch.Tensor, k: int) -> Draft:
+        produced = history.shape[0] - self.prompt_len
+        tokens = list(self.continuation[produced: produced + k])
+        tokens += [3] * (k - len(tokens))  # past the known continuation: arbitrary tokens
+        for i in range(len(tokens)):
+            if self.always_wrong or self.rng.random() < self.wrong_share:
+                tokens[i] = (tokens[i] + 1) % self.vocab
+        return Draft(torch.tensor(tokens, dtype=torch.long))
+
+
+def random_prompt(rng: random.Random, vocab: int, length: int) -> list[int]:
+    # includes repeats so the n-gram drafter finds matches
+    base = [rng.randrange(3, vocab) for _ in range(max(1, length // 2))]
+    return (base * 3)[:length]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_every_drafter_reproduces_target_greedy_output(tiny_target, tiny_draft, seed):
+    rng = random.Random(seed)
+    vocab = len(tiny_target.tokenizer)
+    prompt = random_prompt(rng, vocab, [1, 2, 5, 17, 40][seed % 5])
+    max_new = [1, 3, 20, 45][seed % 4]
+    expected = hf_greedy(tiny_target, prompt, max_new)
+    for k in (1, 2, 4, 7):
+        drafters = [
+            NoDrafter(tiny_target.device),
+            NgramDrafter(tiny_target.device, 3, 1),
+            ModelDrafter(tiny_draft, SamplingParams(0.0), None),
+            ScriptedDrafter(len(prompt), expected, vocab),
+            ScriptedDrafter(len(prompt), expected, vocab, always_wrong=True),
+            ScriptedDrafter(len(prompt), expected, vocab, wrong_share=0.3),
+        ]
+        for drafter in drafters:
+            assert run(tiny_target, drafter, prompt, max_new, k) == expected, (drafter.name, k)
+
+
+def test_always_right_drafts_are_all_accepted(tiny_target):
+    prompt = [5, 9, 14, 20]
+    target = EosTarget(tiny_target, -1)  # no EOS: every round runs to its full length
+    expected = hf_greedy(tiny_target, prompt, 30, eos=None)
+    stats = DecodeStats()
+    drafter = ScriptedDrafter(len(prompt), expected, len(tiny_target.tokenizer))
+    assert run(target, drafter, prompt, 30, k=4, stats=stats) == expected
+    summary = stats.summary()
+    assert stats.accepted == stats.drafted and stats.rounds == 6  # 5 + 5 + ... = 30
+    assert summary["mean_accepted"] == pytest.approx(5.0)
+    assert summary["per_position_acceptance"] == [1.0] * 4
+
+
+def test_stats_for_plain_decoding(tiny_target):
+    stats = DecodeStats()
+    tokens = run(tiny_target, NoDrafter(tiny_target.device), [4, 5, 6], 12, stats=stats)
+    summary = stats.summary()
+    assert summary["rounds"] == summary["new_tokens"] == len(tokens)
+    assert summary["mean_accepted"] == 1.0 and summary["drafted"] == 0
+    assert summary["mean_logprob"] < 0
+    assert sum(summary["time_s"].values()) == pytest.approx(summary["wall_s"], rel=1e-6)
+
+
+class EosTarget:
+    """Wraps a target so that a chosen token id counts as EOS: lets a test place EOS mid-block."""
+
+    def __init__(self, target, eos: int) -> None:
+        self._target, self._eos = target, eos
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
+
+    @property
+    def eos_token_ids(self):
+        return {self._eos}
+
+
+def test_block_never_emits_past_eos_or_budget(tiny_target):
+    prompt = [7, 8, 9, 10]
+    free_run = hf_greedy(tiny_target, prompt, 40)
+    eos = free_run[5]
+    cut = free_run.index(eos) + 1
+    target = EosTarget(tiny_target, eos)
+    drafter = ScriptedDrafter(len(prompt), free_run, len(tiny_target.tokenizer))
+    stats = DecodeStats()
+    assert run(target, drafter, prompt, 40, k=7, stats=stats) == free_run[:cut]
+    assert stats.finish_reason == "eos"
+    for budget in (1, 2, 6, 9):
+        drafter = ScriptedDrafter(len(prompt), free_run, len(tiny_target.tokenizer))
+        stats = DecodeStats()
+        out = run(tiny_target, drafter, prompt, budget, k=7, stats=stats)
+        assert out == free_run[:budget] and stats.new_tokens == len(out)
+
+
+def test_stop_strings_end_generation(tiny_target):
+    prompt = tiny_target.tokenizer.encode("abc abc ab")
+    free_run = run(tiny_target, NoDrafter(tiny_target.device), prompt, 30)
+    text = tiny_target.tokenizer.decode(free_run)
+    stop = text[3:5] if len(text) >= 5 else text
+    tokens: list[int] = []
+    stats = DecodeStats()
+    settings = DecodeSettings(30, 4, (stop,))
+    for chunk in decode(tiny_target, NgramDrafter(tiny_target.device), Verifier(), prompt, settings, None, stats):
+        tokens.extend(chunk)
+    assert stop in tiny_target.tokenizer.decode(tokens)
+    assert tokens == free_run[: len(tokens)] and stats.finish_reason in ("stop_string", "eos")
+
+
+def test_ngram_proposes_continuation_of_most_recent_match():
+    drafter = NgramDrafter(torch.device("cpu"), max_ngram=2, min_ngram=1)
+    history = torch.tensor([1, 2, 3, 9, 1, 2, 4, 5, 7, 1, 2])
+    assert drafter.propose(history, 3).tokens.tolist() == [4, 5, 7]
+    assert drafter.propose(torch.tensor([5, 6, 8]), 3).tokens.numel() == 0
+
+
+def test_seeded_sampling_is_reproducible(tiny_target, tiny_draft):
+    sampling = SamplingParams(0.9, top_k=20)
+    outputs = []
+    for _ in range(2):
+        drafter = ModelDrafter(tiny_draft, sampling, make_generator(tiny_draft.device, 6))
+        outputs.append(run(tiny_target, drafter, [4, 5, 6], 25, verifier=Verifier("strict", sampling=sampling),
+                           generator=make_generator(tiny_target.device, 5)))
+    assert outputs[0] == outputs[1]
+
+
+def test_sampled_first_token_follows_target_distribution(tiny_target, tiny_draft):
+    """End to end through the loop with a model drafter: the first generated token's empirical
+    distribution matches the target's exact softmax (total variation within tolerance)."""
+    sampling = SamplingParams(1.0)
+    prompt = [5, 6, 7]
+    with torch.no_grad():
+        p = torch.softmax(tiny_target.model(torch.tensor([prompt])).logits[0, -1].float(), -1)
+    draws, counts = 1500, torch.zeros_like(p)
+    target_gen, draft_gen = make_generator(tiny_target.device, 0), make_generator(tiny_draft.device, 1)
+    verifier = Verifier("strict", sampling=sampling)
+    drafter = ModelDrafter(tiny_draft, sampling, draft_gen)
+    for _ in range(draws):
+        first = run(tiny_target, drafter, prompt, 2, k=3, verifier=verifier, generator=target_gen)[0]
+        counts[first] += 1
+    tv = 0.5 * (counts / draws - p).abs().sum().item()
+    bound = 0.5 * torch.sqrt(p * (1 - p) / draws).sum().item()
+    assert tv < 2.5 * bound + 0.01, (tv, bound)
+
+
+def test_draft_model_with_other_vocabulary_is_refused(tiny_target, tiny_other_vocab_dir):
+    other = load_model(str(tiny_other_vocab_dir), device="cpu")
+    with pytest.raises(UserError, match="vocabulary"):
+        check_same_vocabulary(tiny_target, other)
+
+
+def test_model_drafter_rolls_back_its_cache(tiny_target, tiny_draft):
+    drafter = ModelDrafter(tiny_draft, SamplingParams(0.0), None)
+    history = torch.tensor([4, 5, 6, 7])
+    drafter.propose(history, 4)
+    assert len(drafter.cache) == 4 + 3
+    drafter.commit(5)
+    assert len(drafter.cache) == 5

@@ -1,0 +1,118 @@
+"""Model specs, devices, dtypes, the GGUF conversion cache and device_map placement."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mars_cli import models
+from mars_cli.errors import UserError
+from mars_cli.models import cache_entry_is_valid, load_model, resolve_device, resolve_dtype, resolve_spec
+
+
+def test_auto_device_and_dtype_on_cpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the CPU defaults are what this test checks")
+    assert resolve_device("auto").type in ("cpu", "mps")
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert resolve_dtype("float16", torch.device("cpu")) == torch.float16
+
+
+def test_missing_accelerator_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present")
+    with pytest.raises(UserError, match="no CUDA device"):
+        resolve_device("cuda")
+    with pytest.raises(UserError, match="expected auto"):
+        resolve_device("tpu")
+    with pytest.raises(UserError, match="--dtype"):
+        resolve_dtype("int3", torch.device("cpu"))
+
+
+def test_spec_errors_name_the_problem(tmp_path):
+    with pytest.raises(UserError, match="smollm2-135m"):
+        resolve_spec("no-such-model")
+    with pytest.raises(UserError, match="not found"):
+        resolve_spec(str(tmp_path / "missing.gguf"))
+    with pytest.raises(UserError, match="no config.json"):
+        resolve_spec(str(tmp_path))
+    assert resolve_spec("HuggingFaceTB/SmolLM2-135M-Instruct") == ("HuggingFaceTB/SmolLM2-135M-Instruct", None)
+
+
+def test_corrupt_gguf_gives_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 64)
+    with pytest.raises(UserError, match="cannot load model"):
+        load_model(str(bad), device="cpu")
+    assert not any((tmp_path / "cache" / "models").glob("*")), "a failed conversion left files behind"
+
+
+def test_cache_entry_validation_detects_truncation_and_corruption(tmp_path):
+    entry = tmp_path / "entry"
+    entry.mkdir()
+    (entry / "model.safetensors").write_bytes(b"x" * 1000)
+    (entry / "config.json").write_text("{}")
+    manifest = {"format": models.CACHE_FORMAT, "files": models._manifest(entry)}
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    assert cache_entry_is_valid(entry)
+    (entry / "model.safetensors").write_bytes(b"x" * 999)
+    assert not cache_entry_is_valid(entry)
+    (entry / "model.safetensors").write_bytes(b"y" * 1000)
+    assert not cache_entry_is_valid(entry)
+    (entry / "manifest.json").unlink()
+    assert not cache_entry_is_valid(entry)
+
+
+def test_loads_a_model_directory(tiny_target):
+    assert tiny_target.dtype == torch.float32
+    assert tiny_target.eos_token_ids == {2}
+    assert tiny_target.context_window == 256
+
+
+def test_device_map_auto_path_decodes_like_plain_load(tiny_dir, tiny_target, monkeypatch):
+    """On one CPU accelerate places everything on it; the test checks the path end to end."""
+    from transformers import AutoModelForCausalLM
+
+    from mars_cli.runner import DecodingOptions, Session
+
+    seen = {}
+    original = AutoModelForCausalLM.from_pretrained.__func__
+
+    def spy(cls, *args, **kwargs):
+        seen.update(kwargs)
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(spy))
+    mapped = load_model(str(tiny_dir), device="cpu", device_map="auto")
+    assert seen.get("device_map") == "auto"
+    assert mapped.device.type == "cpu" and mapped.output_device.type == "cpu"
+    options = DecodingOptions(target=str(tiny_dir), max_new_tokens=12, device="cpu")
+    a = Session(options, target=mapped).run([4, 5, 6]).token_ids
+    b = Session(options, target=tiny_target).run([4, 5, 6]).token_ids
+    assert a == b
+
+
+@pytest.mark.embedded
+def test_embedded_model_cache_is_reused_and_rebuilt_when_corrupt(tmp_path, monkeypatch, smollm2):
+    # a private cache so the test can corrupt it without touching the shared one
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path))
+    first = load_model("smollm2-135m", device="cpu")
+    entry = next((tmp_path / "models").iterdir())
+    stamp = (entry / "model.safetensors").stat().st_mtime_ns
+    again = load_model("smollm2-135m", device="cpu")
+    assert (entry / "model.safetensors").stat().st_mtime_ns == stamp  # reused, not reconverted
+    # a partial entry: replace the weights by a truncated copy (a new file, since the loaded
+    # models still map the old one's pages)
+    weights = entry / "model.safetensors"
+    partial = weights.read_bytes()[:1024]
+    weights.unlink()
+    weights.write_bytes(partial)
+    rebuilt = load_model("smollm2-135m", device="cpu")
+    assert cache_entry_is_valid(entry)
+    weight = rebuilt.model.get_input_embeddings().weight
+    assert torch.equal(weight, first.model.get_input_embeddings().weight)
+    assert torch.equal(again.model.get_input_embeddings().weight, weight)

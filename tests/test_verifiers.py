@@ -1,0 +1,250 @@
+"""The verification rules on hand-built logits, and property tests over random ones."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mars_cli.decoding.sampling import SamplingParams, process_logits
+from mars_cli.decoding.verifiers import (
+    Verifier,
+    logit_ratio,
+    prob_ratio,
+    residual_distribution,
+    top_two,
+)
+
+NEG_INF = float("-inf")
+GREEDY = SamplingParams(0.0)
+
+
+def rows(*values: list[float]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def mars(threshold: float = 0.9, measure: str = "logit-ratio", sampling: SamplingParams = GREEDY) -> Verifier:
+    return Verifier("mars", threshold, measure, sampling)  # type: ignore[arg-type]
+
+
+STRICT = Verifier("strict")
+
+
+# ----------------------------------------------------------------------------- margins
+def test_top_two_breaks_ties_like_argmax():
+    top1, top2, z1, z2 = top_two(rows([1.0, 3.0, 3.0, 0.5]))
+    assert (top1.item(), top2.item()) == (1, 2)
+    assert z1.item() == z2.item() == 3.0
+
+
+def test_logit_ratio_is_the_papers_measure_and_not_shift_invariant():
+    z1, z2 = torch.tensor([2.0, 5.0]), torch.tensor([1.8, 4.8])
+    assert logit_ratio(z1, z2).tolist() == pytest.approx([0.9, 0.96])
+    assert prob_ratio(z1, z2).tolist() == pytest.approx([math.exp(-0.2)] * 2)
+
+
+def test_logit_ratio_never_relaxes_nonpositive_top1():
+    ratio = logit_ratio(torch.tensor([0.0, -1.0, -3.0]), torch.tensor([-0.1, -1.05, -3.0]))
+    assert torch.isneginf(ratio).all()
+
+
+def test_masked_runner_up_has_no_margin():
+    z1, z2 = torch.tensor([2.0]), torch.tensor([NEG_INF])
+    assert torch.isneginf(logit_ratio(z1, z2)).all()
+    assert prob_ratio(z1, z2).item() == 0.0
+
+
+# ----------------------------------------------------------------------------- greedy branches
+def test_strict_greedy_accepts_matching_prefix_and_corrects():
+    logits = rows([0, 5, 1], [4, 0, 1], [0, 1, 6], [3, 0, 0])
+    verdict = STRICT.verify(logits, torch.tensor([1, 0, 1]))
+    assert (verdict.accepted, verdict.next_token) == (2, 2)
+    verdict = STRICT.verify(logits, torch.tensor([1, 0, 2]))
+    assert (verdict.accepted, verdict.next_token) == (3, 0)  # bonus token from the last row
+
+
+def test_mars_greedy_accepts_runner_up_only_when_low_margin():
+    # position 0: z = (10, 9.5) -> r = 0.95 (low margin); position 1: (10, 5) -> r = 0.5
+    logits = rows([10, 9.5, 0], [5, 10, 0], [0, 0, 1])
+    verdict = mars(0.9).verify(logits, torch.tensor([1, 0]))
+    assert verdict.accepted == 1 and verdict.next_token == 1 and verdict.relaxed == 1
+    assert verdict.examined == 2 and verdict.low_margin == 1
+    assert verdict.margins.tolist() == pytest.approx([0.95, 0.5])
+    assert STRICT.verify(logits, torch.tensor([1, 0])).accepted == 0
+
+
+def test_mars_greedy_never_accepts_third_choice():
+    logits = rows([10, 9.9, 9.8], [1, 0, 0])
+    verdict = mars(0.5).verify(logits, torch.tensor([2]))
+    assert verdict.accepted == 0 and verdict.next_token == 0
+
+
+def test_mars_greedy_tie_counts_as_low_margin():
+    logits = rows([3, 3, 0], [1, 0, 0])
+    verdict = mars(0.99).verify(logits, torch.tensor([1]))
+    assert verdict.accepted == 1 and verdict.relaxed == 1
+
+
+def test_mars_greedy_negative_top1_is_never_relaxed_by_logit_ratio():
+    logits = rows([-1.0, -1.01, -5], [1, 0, 0])
+    assert mars(0.9).verify(logits, torch.tensor([1])).accepted == 0
+    # the shift-invariant measure does relax it: p2/p1 = exp(-0.01)
+    assert mars(0.9, "prob-ratio").verify(logits, torch.tensor([1])).accepted == 1
+
+
+def test_mars_sampling_never_accepts_a_masked_runner_up():
+    # top-k = 1 masks the runner-up; even an absurdly permissive theta must not accept it
+    sampling = SamplingParams(1.0, top_k=1)
+    logits = rows([5.0, 4.99, 0], [1, 0, 0])
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        verdict = mars(1e-6, "prob-ratio", sampling).verify(logits, torch.tensor([1]), None, generator)
+        assert verdict.accepted == 0 and verdict.next_token == 0
+
+
+def test_empty_draft_is_one_plain_step():
+    verdict = STRICT.verify(rows([0, 2, 1]), torch.empty(0, dtype=torch.long))
+    assert (verdict.accepted, verdict.next_token, verdict.examined) == (0, 1, 0)
+
+
+def test_nan_logits_are_refused():
+    with pytest.raises(FloatingPointError):
+        STRICT.verify(rows([0, float("nan"), 1], [0, 1, 2]), torch.tensor([1]))
+    with pytest.raises(FloatingPointError):
+        mars(0.9, sampling=SamplingParams(1.0)).verify(rows([float("nan")] * 3, [0, 1, 2]), torch.tensor([1]))
+
+
+# ----------------------------------------------------------------------------- sampling branches
+def test_sampling_mars_accepts_top_two_deterministically_at_low_margin():
+    sampling = SamplingParams(1.0)
+    # the draft is the runner-up with p(x) tiny relative to q(x) = 1 (one-hot): strict rejects
+    # almost always, MARS accepts always because r = 9.9/10 > 0.9
+    logits = rows([10.0, 9.9, -20], [0, 0, 0])
+    generator = torch.Generator().manual_seed(1)
+    outcomes = [mars(0.9, sampling=sampling).verify(logits, torch.tensor([1]), None, generator) for _ in range(40)]
+    assert all(v.accepted == 1 for v in outcomes)
+    assert sum(v.relaxed for v in outcomes) > 0
+
+
+def test_sampling_mars_outside_top_two_uses_strict_rule():
+    sampling = SamplingParams(1.0)
+    logits = rows([10.0, 9.9, 9.8, -50], [0, 0, 0, 0])
+    generator = torch.Generator().manual_seed(2)
+    accepted = [mars(0.5, sampling=sampling).verify(logits, torch.tensor([3]), None, generator).accepted
+                for _ in range(40)]
+    assert accepted == [0] * 40  # p(x) ~ e^-60: strict rejects, MARS may not rescue rank 4
+
+
+def test_residual_is_normalised_positive_part():
+    p = torch.tensor([[0.5, 0.3, 0.2]])
+    q = torch.tensor([[0.2, 0.6, 0.2]])
+    assert residual_distribution(p, q)[0].tolist() == pytest.approx([1.0, 0.0, 0.0])
+    assert residual_distribution(p, p)[0].tolist() == pytest.approx(p[0].tolist())
+
+
+@pytest.mark.parametrize("with_q", [False, True])
+def test_strict_sampling_first_token_matches_target_distribution(with_q):
+    """Rejection sampling must reproduce p exactly: the first emitted token of many rounds
+    follows p within a total-variation tolerance fixed from the sample size."""
+    torch.manual_seed(0)
+    vocab, k, draws = 6, 3, 12000
+    sampling = SamplingParams(1.0)
+    target_logits = torch.randn(k + 1, vocab) * 1.5
+    p0 = torch.softmax(target_logits[0], -1)
+    q = torch.softmax(torch.randn(k, vocab), -1)
+    generator = torch.Generator().manual_seed(3)
+    counts = torch.zeros(vocab)
+    verifier = Verifier("strict", sampling=sampling)
+    for _ in range(draws):
+        drafts = torch.multinomial(q, 1, generator=generator)[:, 0] if with_q else \
+            torch.randint(vocab, (k,), generator=generator)
+        verdict = verifier.verify(target_logits, drafts, q if with_q else None, generator)
+        first = drafts[0].item() if verdict.accepted >= 1 else verdict.next_token
+        counts[first] += 1
+    tv = 0.5 * (counts / draws - p0).abs().sum().item()
+    # E[TV] <= 0.5 * sum sqrt(p(1-p)/n) ~ 0.01 here; 0.03 leaves room but catches a wrong rule
+    assert tv < 0.03, tv
+
+
+# ----------------------------------------------------------------------------- properties
+finite_logits = st.floats(min_value=-30, max_value=30, allow_nan=False, width=32)
+
+
+@st.composite
+def rounds(draw, positive: bool = False):
+    vocab = draw(st.integers(2, 8))
+    k = draw(st.integers(0, 5))
+    values = draw(st.lists(finite_logits, min_size=(k + 1) * vocab, max_size=(k + 1) * vocab))
+    logits = torch.tensor(values).reshape(k + 1, vocab)
+    if positive:
+        logits = logits.abs() + 0.1
+    if draw(st.booleans()) and vocab > 2:  # mask some entries, as top-k would
+        mask_col = draw(st.integers(0, vocab - 1))
+        logits[:, mask_col] = NEG_INF
+        logits[:, (mask_col + 1) % vocab] = logits[:, (mask_col + 1) % vocab].clamp_min(0.5)
+    drafts = torch.tensor(draw(st.lists(st.integers(0, vocab - 1), min_size=k, max_size=k)), dtype=torch.long)
+    return logits, drafts
+
+
+@settings(max_examples=200, deadline=None)
+@given(rounds(positive=True), st.sampled_from(["logit-ratio", "prob-ratio"]))
+def test_mars_with_unreachable_threshold_equals_strict_greedy(case, measure):
+    logits, drafts = case
+    # logit-ratio <= 1 for positive logits and prob-ratio <= 1 always: theta = 1 is unreachable
+    # except for exact ties, which we break apart here
+    logits = logits + torch.arange(logits.shape[1]) * 1e-3
+    strict = STRICT.verify(logits, drafts)
+    relaxed = mars(1.0, measure).verify(logits, drafts)
+    assert (strict.accepted, strict.next_token) == (relaxed.accepted, relaxed.next_token)
+    assert relaxed.relaxed == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(rounds(), st.sampled_from(["logit-ratio", "prob-ratio"]), st.integers(0, 2**31 - 1))
+def test_mars_with_unreachable_threshold_equals_strict_sampling(case, measure, seed):
+    logits, drafts = case
+    sampling = SamplingParams(0.7)
+    logits = logits + torch.arange(logits.shape[1]) * 1e-3
+    if measure == "logit-ratio":  # positive finite logits keep r < 1
+        logits = torch.where(torch.isfinite(logits), logits.abs() + 0.1, logits)
+    theta = 1.0
+    a = Verifier("strict", sampling=sampling).verify(logits, drafts, None, torch.Generator().manual_seed(seed))
+    b = mars(theta, measure, sampling).verify(logits, drafts, None, torch.Generator().manual_seed(seed))
+    assert (a.accepted, a.next_token) == (b.accepted, b.next_token)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rounds(), st.floats(0.01, 1.0), st.sampled_from(["logit-ratio", "prob-ratio"]))
+def test_mars_greedy_only_rescues_top_two_and_never_accepts_less(case, theta, measure):
+    logits, drafts = case
+    strict = STRICT.verify(logits, drafts)
+    verdict = mars(theta, measure).verify(logits, drafts)
+    assert verdict.accepted >= strict.accepted
+    top1, top2, _, z2 = top_two(logits)
+    for position in range(verdict.accepted):
+        token = drafts[position].item()
+        assert token in (top1[position].item(), top2[position].item())
+        if token != top1[position].item():
+            assert torch.isfinite(z2[position])
+    assert verdict.relaxed == sum(
+        int(drafts[i].item() != top1[i].item()) for i in range(verdict.accepted)
+    )
+    if verdict.accepted < drafts.shape[0]:
+        assert verdict.next_token == top1[verdict.accepted].item()
+
+
+@settings(max_examples=200, deadline=None)
+@given(rounds(), st.floats(0.01, 1.0), st.integers(0, 2**31 - 1),
+       st.sampled_from([SamplingParams(1.0), SamplingParams(0.5, top_k=2), SamplingParams(1.3, top_p=0.8)]))
+def test_sampling_rules_emit_only_tokens_the_target_allows(case, theta, seed, sampling):
+    logits, drafts = case
+    processed = process_logits(logits, sampling)
+    for verifier in (Verifier("strict", sampling=sampling), mars(theta, "prob-ratio", sampling)):
+        verdict = verifier.verify(logits, drafts, None, torch.Generator().manual_seed(seed))
+        assert 0 <= verdict.accepted <= drafts.shape[0]
+        assert torch.isfinite(processed[verdict.accepted, verdict.next_token])
+        for position in range(verdict.accepted):
+            assert torch.isfinite(processed[position, drafts[position]])
