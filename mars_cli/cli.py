@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
 from . import __version__
-from .errors import UserError
+from .calibrate import DEFAULT_OBJECTIVE
+from .errors import UserError, require
 from .models import DEFAULT_TARGET, EMBEDDED
-from .render import stats_table
+from .render import calibration_table, stats_table
 from .runner import DEFAULT_NUM_DRAFT, DecodingOptions, Session
 
 app = typer.Typer(
@@ -27,6 +29,7 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
 
 EMBEDDED_NAMES = ", ".join(EMBEDDED)
+_invocation: list[str] = []  # the arguments of this run, recorded in profiles for reproduction
 DECODING = "Decoding"
 SAMPLING = "Sampling"
 MODEL = "Model and device"
@@ -97,6 +100,8 @@ def generate(
     threshold: Threshold = None,
     margin: Margin = "logit-ratio",
     profile: Profile = None,
+    force: Annotated[bool, typer.Option(
+        "--force", rich_help_panel=DECODING, help="Use a --profile calibrated for another model.")] = False,
     num_draft: NumDraft = DEFAULT_NUM_DRAFT,
     max_new_tokens: MaxNew = 128,
     temperature: Temperature = 0.0,
@@ -118,7 +123,7 @@ def generate(
         target=target, draft=draft, verify=verify, threshold=threshold, margin=margin, profile=profile,
         num_draft=num_draft, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
         top_k=top_k, seed=seed, device=device, dtype=dtype, device_map=device_map,
-        trust_remote_code=trust_remote_code, raw=raw, stop=tuple(stop or ()),
+        trust_remote_code=trust_remote_code, raw=raw, stop=tuple(stop or ()), force=force,
     )
     options.validate()
     text = read_prompt(prompt)
@@ -176,10 +181,99 @@ def read_prompt(prompt: str | None) -> str:
     return prompt
 
 
+@app.command()
+def calibrate(
+    target: Target = DEFAULT_TARGET,
+    prompts: Annotated[Optional[Path], typer.Option(
+        "--prompts", help="JSONL prompt set (a 'prompt' field per line); default: the built-in set.")] = None,
+    temperature: Annotated[float, typer.Option(
+        "--temperature", help="Sampling temperature for the continuations (recorded in the profile).")] = 1.0,
+    samples: Annotated[int, typer.Option("--samples", help="Generated positions used to fit the thresholds.")] = 1500,
+    held_out_samples: Annotated[Optional[int], typer.Option(
+        "--held-out-samples", help="Positions from held-out prompts for the check (default: a third of --samples).")] = None,
+    max_new_tokens: Annotated[int, typer.Option(
+        "--max-new-tokens", "-n", help="Length of each sampled continuation.")] = 64,
+    objective: Annotated[str, typer.Option(
+        "--objective", help="rate=R (share of low-margin positions) or loss=L (nats/token bound).")] = DEFAULT_OBJECTIVE,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed: the same seed gives the same profile.")] = 0,
+    out_path: Annotated[Optional[Path], typer.Option(
+        "--out", help="Where to write the YAML profile (default: the user profile directory).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the profile as JSON instead of a table.")] = False,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    trust_remote_code: TrustRemoteCode = False,
+) -> None:
+    """Estimate per-model MARS thresholds from sampled logits and write a YAML profile."""
+    from . import calibrate as cal
+    from . import profiles
+    from .paths import user_profile_dir
+
+    goal = cal.parse_objective(objective)
+    require(samples >= 50, f"--samples must be at least 50, got {samples}")
+    held = samples // 3 if held_out_samples is None else held_out_samples
+    require(held >= 10, f"--held-out-samples must be at least 10, got {held}")
+    prompt_texts, prompt_name, prompt_hash = cal.load_prompts(prompts)
+    options = _options(target=target, max_new_tokens=max_new_tokens, temperature=temperature, device=device,
+                       dtype=dtype, trust_remote_code=trust_remote_code)
+    destination = out_path or user_profile_dir() / f"{Path(target).name.removesuffix('.gguf')}.yaml"
+    _check_writable(destination)
+    session = Session(options)
+    fit_ids, held_ids = cal.split_prompts(len(prompt_texts))
+    with _progress() as progress:
+        task = progress.add_task("sampling (fit)", total=samples)
+        fit_sample = cal.collect(session, prompt_texts, fit_ids, samples, seed,
+                                 lambda n: progress.advance(task, n))
+        task = progress.add_task("sampling (held out)", total=held)
+        held_sample = cal.collect(session, prompt_texts, held_ids, held, seed + 100_000,
+                                  lambda n: progress.advance(task, n))
+    command = _reproduce_command("calibrate")
+    data = cal.build_profile(session, fit_sample, held_sample, goal, temperature,
+                             {"name": prompt_name, "sha256": prompt_hash, "prompts": len(prompt_texts)},
+                             command, seed)
+    written = profiles.save(data, destination)
+    if as_json:
+        sys.stdout.write(json.dumps({"profile": str(written), **data}) + "\n")
+        return
+    out.print(calibration_table(data))
+    out.print(f"profile written to {written}")
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=err, transient=False)
+
+
+def _check_writable(path: Path) -> None:
+    """Fail before minutes of work, not after: the directory must exist or be creatable."""
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {parent}: {exc.strerror or exc}") from None
+    require(not path.is_dir(), f"--out {path} is a directory; name a .yaml file")
+    require(path.suffix in (".yaml", ".yml"), f"--out {path}: a profile is a .yaml file")
+    import os
+
+    require(os.access(parent, os.W_OK), f"cannot write to {parent}")
+
+
+def _reproduce_command(command: str) -> str:
+    """The command line that reproduces this run (the args as given, quoted for a shell)."""
+    import shlex
+
+    args = _invocation
+    start = args.index(command) if command in args else 0
+    return "mars " + " ".join(shlex.quote(a) for a in args[start:])
+
+
 # ----------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map errors to the contract's exit codes (2 bad input, 130 interrupted)."""
+    global _invocation
     args = sys.argv[1:] if argv is None else argv
+    _invocation = list(args)
     debug = "--debug" in args
     command = typer.main.get_command(app)
     try:

@@ -196,6 +196,7 @@ class LoadedModel:
     tokenizer: object
     device: torch.device  # where inputs go (the input embeddings' device)
     dtype: torch.dtype
+    _fingerprint: str | None = None
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -216,8 +217,40 @@ class LoadedModel:
         return self.model.get_output_embeddings().weight.device
 
     @property
+    def fingerprint(self) -> str:
+        """Identity of weights + tokenizer, the same whatever the file format or device."""
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.model, self.tokenizer)
+        return self._fingerprint
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
     def context_window(self) -> int | None:
         return getattr(self.model.config, "max_position_embeddings", None)
+
+
+def model_fingerprint(model: torch.nn.Module, tokenizer: object, per_tensor: int = 512) -> str:
+    """sha256 over the tokenizer's vocabulary and an evenly spaced sample of every weight tensor.
+
+    Samples are rounded to bfloat16 first, so the same weights loaded in float32 on a CPU and in
+    bfloat16 on a GPU share a fingerprint; any retraining or a different tokenizer changes it.
+    """
+    digest = hashlib.sha256()
+    vocab = sorted(tokenizer.get_vocab().items()) if hasattr(tokenizer, "get_vocab") else []
+    digest.update(json.dumps(vocab, ensure_ascii=False).encode())
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            flat = tensor.detach().reshape(-1)
+            if not flat.is_floating_point() or flat.numel() == 0:
+                continue
+            index = torch.linspace(0, flat.numel() - 1, min(per_tensor, flat.numel()), device=flat.device).long()
+            sample = flat[index].to(torch.bfloat16).to(torch.float32).cpu()
+            digest.update(f"{name}:{tuple(tensor.shape)}".encode())
+            digest.update(sample.numpy().tobytes())
+    return digest.hexdigest()
 
 
 def resolve_spec(spec: str) -> tuple[Path | str, str | None]:

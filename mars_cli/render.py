@@ -32,3 +32,21 @@ def stats_table(stats: dict, config: dict) -> Table:
     table.add_row("time split", "  ".join(f"{k} {v / total:.0%}" for k, v in split.items() if v > 0))
     table.add_row("finish", stats["finish_reason"])
     return table
+
+
+def calibration_table(profile: dict) -> Table:
+    """What `mars calibrate` found, per margin measure."""
+    objective = profile["objective"]
+    table = Table(title=f"calibration of {profile['model']['name']} "
+                        f"({profile['samples']} positions, T={profile['temperature']}, "
+                        f"objective {objective['kind']}={objective['value']:g})", title_justify="left")
+    for column in ("measure", "theta", "90% interval", "held-out rate", "held-out loss", "theta=0.9 rate",
+                   "median margin"):
+        table.add_column(column, justify="right" if column != "measure" else "left", no_wrap=column == "measure")
+    for measure, theta in profile["thresholds"].items():
+        low, high = profile["threshold_interval_90"][measure]
+        held = profile["held_out"][measure]
+        paper = profile["at_paper_theta_0.9"][measure]
+        table.add_row(measure, f"{theta:.4f}", f"{low:.4f}-{high:.4f}", f"{held['rate']:.1%}",
+                      f"{held['loss']:.4f}", f"{paper['rate']:.1%}", f"{profile['quantiles'][measure].get('0.5', float('nan')):.4f}")
+    return table

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -17,6 +17,7 @@ from .decoding.loop import DecodeSettings, decode, make_generator
 from .decoding.sampling import SamplingParams
 from .decoding.stats import DecodeStats
 from .decoding.verifiers import DEFAULT_THRESHOLD, MARGIN_MEASURES, Verifier
+from . import profiles
 from .errors import UserError, require
 from .models import DEFAULT_TARGET, LoadedModel, load_model
 
@@ -46,6 +47,7 @@ class DecodingOptions:
     stop: tuple[str, ...] = ()
     ngram_max: int = 3
     ngram_min: int = 1
+    force: bool = False  # use a --profile calibrated for another model
 
     def validate(self) -> None:
         """Every bad value gets one clear sentence (the CLI turns it into exit code 2)."""
@@ -73,10 +75,25 @@ class ResolvedThreshold:
     source: str  # "flag", "default" or the profile file's path
 
 
-def resolve_threshold(options: DecodingOptions) -> ResolvedThreshold:
+def resolve_threshold(options: DecodingOptions, target: LoadedModel) -> ResolvedThreshold:
+    """--threshold wins; then --profile; then a profile matching the target's fingerprint
+    (user directory, then shipped); then the paper's 0.9. Profiles hold raw-scale thresholds,
+    converted to the sampling temperature in use."""
     if options.threshold is not None:
         return ResolvedThreshold(options.threshold, "flag")
-    return ResolvedThreshold(DEFAULT_THRESHOLD, "default")
+    if options.profile is not None:
+        profile = profiles.load(options.profile)
+        profiles.check_matches(profile, target.fingerprint, target.spec, options.force)
+    elif options.verify == "mars":
+        profile = profiles.find_for(target.fingerprint)
+    else:
+        profile = None
+    if profile is None:
+        return ResolvedThreshold(DEFAULT_THRESHOLD, "default")
+    if options.margin not in profile.data["thresholds"]:
+        raise UserError(f"profile {profile.path} has no threshold for --margin {options.margin}")
+    theta = profiles.threshold_at_temperature(profile.threshold(options.margin), options.margin, options.temperature)
+    return ResolvedThreshold(theta, str(profile.path))
 
 
 @dataclass
@@ -95,7 +112,7 @@ class Session:
         self.target = target or load_model(
             options.target, options.device, options.dtype, options.device_map, options.trust_remote_code
         )
-        self.threshold = resolve_threshold(options)
+        self.threshold = resolve_threshold(options, self.target)
         self.verifier = Verifier(
             rule=options.verify,  # type: ignore[arg-type]
             threshold=self.threshold.value,
@@ -138,18 +155,23 @@ class Session:
         return ids
 
     # ------------------------------------------------------------------ decoding
-    def stream(self, prompt_ids: list[int], stats: DecodeStats) -> Iterator[list[int]]:
-        generator = make_generator(self.target.output_device, self.options.seed)
-        if self.options.seed is not None and isinstance(self.drafter, ModelDrafter):
-            self.drafter.generator.manual_seed(self.options.seed + 1)
+    def stream(self, prompt_ids: list[int], stats: DecodeStats,
+               observe: Callable[[torch.Tensor], None] | None = None,
+               seed: int | None = None) -> Iterator[list[int]]:
+        """Decode one prompt. `seed` overrides --seed for this call (calibration varies it)."""
+        seed = self.options.seed if seed is None else seed
+        generator = make_generator(self.target.output_device, seed)
+        if seed is not None and isinstance(self.drafter, ModelDrafter):
+            self.drafter.generator.manual_seed(seed + 1)
         settings = DecodeSettings(self.options.max_new_tokens, self.options.num_draft, self.options.stop)
-        return decode(self.target, self.drafter, self.verifier, prompt_ids, settings, generator, stats)
+        return decode(self.target, self.drafter, self.verifier, prompt_ids, settings, generator, stats, observe)
 
-    def run(self, prompt: str | list[int]) -> Result:
+    def run(self, prompt: str | list[int], observe: Callable[[torch.Tensor], None] | None = None,
+            seed: int | None = None) -> Result:
         prompt_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         stats = DecodeStats()
         tokens: list[int] = []
-        for chunk in self.stream(prompt_ids, stats):
+        for chunk in self.stream(prompt_ids, stats, observe, seed):
             tokens.extend(chunk)
         return Result(self.decode_text(tokens), tokens, stats)
 

@@ -11,7 +11,7 @@ holds all of them but the last (`pending`), which is fed together with the draft
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -48,8 +48,10 @@ def decode(
     settings: DecodeSettings,
     generator: torch.Generator | None = None,
     stats: DecodeStats | None = None,
+    observe: Callable[[torch.Tensor], None] | None = None,
 ) -> Iterator[list[int]]:
-    """Yield the tokens emitted by each round; fill `stats` as it goes."""
+    """Yield the tokens emitted by each round; fill `stats` as it goes. `observe`, if given,
+    receives the target's raw logits at the positions whose tokens were emitted ([m, V])."""
     stats = stats if stats is not None else DecodeStats()
     device = target.device
     prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long)
@@ -106,9 +108,12 @@ def decode(
         emitted_tensor = torch.tensor(emitted, dtype=torch.long)
         history[length : length + len(emitted)] = emitted_tensor
         positions = torch.arange(len(emitted), device=logits.device)
+        emitted_logits = logits[positions].float()
         stats.sum_logprob += float(
-            torch.log_softmax(logits[positions].float(), dim=-1)[positions, emitted_tensor.to(logits.device)].sum()
+            torch.log_softmax(emitted_logits, dim=-1)[positions, emitted_tensor.to(logits.device)].sum()
         )
+        if observe is not None:
+            observe(emitted_logits)
         length += len(emitted)
         produced += len(emitted)
         pending = emitted_tensor[-1:].to(device)

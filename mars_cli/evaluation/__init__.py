@@ -1,0 +1,1 @@
+"""Suites, quality metrics, reports and plots for `mars eval` and the benchmarks."""

@@ -1,0 +1,221 @@
+"""Calibration estimators, the profile schema, lookup order and the end-to-end command."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+import yaml
+
+from mars_cli import calibrate as cal
+from mars_cli import profiles
+from mars_cli.cli import main
+from mars_cli.errors import UserError
+
+
+# ----------------------------------------------------------------------------- estimators
+def test_rate_objective_recovers_known_quantile():
+    margins = torch.linspace(0, 1, 10001)[1:]  # uniform: share(m > t) = 1 - t
+    for rate in (0.05, 0.2, 0.5):
+        theta = cal.threshold_for_rate(margins, rate)
+        assert theta == pytest.approx(1 - rate, abs=2e-4)
+        assert int((margins > theta).sum()) <= rate * margins.numel()
+
+
+def test_loss_objective_with_constant_gap_is_a_rate():
+    margins = torch.linspace(0, 1, 10001)[1:]
+    gaps = torch.full_like(margins, 2.0)  # every eligible position costs 2 nats
+    theta = cal.threshold_for_loss(margins, gaps, 0.1)  # so at most 5% may be eligible
+    assert theta == pytest.approx(0.95, abs=2e-4)
+    assert cal.measured(margins, gaps, theta)["loss"] <= 0.1
+
+
+def test_loss_objective_prefers_cheap_positions_first():
+    margins = torch.tensor([0.99, 0.98, 0.97, 0.5])
+    gaps = torch.tensor([0.01, 0.02, 4.0, 0.0])
+    theta = cal.threshold_for_loss(margins, gaps, 0.01)
+    assert cal.measured(margins, gaps, theta) == {"rate": 0.5, "loss": pytest.approx(0.0075)}
+
+
+def test_never_eligible_margins_clamp_into_range():
+    margins = torch.full((10,), float("-inf"))
+    assert cal.threshold_for_rate(margins, 0.5) == 1e-6
+
+
+@pytest.mark.parametrize("text", ["rate=0", "rate=1.2", "loss=-1", "loss=abc", "speed=2", "rate"])
+def test_bad_objective_is_refused(text):
+    with pytest.raises(UserError, match="--objective"):
+        cal.parse_objective(text)
+
+
+def test_prob_ratio_threshold_follows_temperature():
+    assert profiles.threshold_at_temperature(0.5, "prob-ratio", 0.5) == pytest.approx(0.25)
+    assert profiles.threshold_at_temperature(0.5, "prob-ratio", 0.0) == 0.5
+    assert profiles.threshold_at_temperature(0.93, "logit-ratio", 0.7) == 0.93
+
+
+def test_bootstrap_interval_brackets_the_estimate():
+    torch.manual_seed(0)
+    sample = cal.MarginSample()
+    for _ in range(12):
+        z1 = torch.rand(50) * 5 + 5
+        sample.add(z1, z1 - torch.rand(50) * 2)
+    groups = list(range(12))
+    z1, z2 = sample.positions()
+    theta = cal.fit(z2 / z1, z1 - z2, cal.Objective("rate", 0.3))
+    low, high = cal.bootstrap_interval(sample, groups, "logit-ratio", cal.Objective("rate", 0.3))
+    assert low <= theta <= high and high - low < 0.1
+
+
+def test_prompt_file_errors_name_the_line(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"prompt": "a"}\n{"prompt": "b"}\nnot json\n')
+    with pytest.raises(UserError, match="line 3"):
+        cal.load_prompts(path)
+    path.write_text('{"prompt": "only one"}\n')
+    with pytest.raises(UserError, match="at least 2"):
+        cal.load_prompts(path)
+
+
+# ----------------------------------------------------------------------------- profiles
+def sample_profile(fingerprint: str = "f" * 64) -> dict:
+    return {
+        "schema": 1,
+        "model": {"name": "m", "source": "/x", "fingerprint": fingerprint, "vocab_size": 10},
+        "thresholds": {"logit-ratio": 0.93, "prob-ratio": 0.4},
+        "temperature": 1.0,
+        "objective": {"kind": "loss", "value": 0.05},
+        "samples": 100,
+        "prompt_set": {"name": "builtin", "sha256": "0" * 64},
+        "quantiles": {"logit-ratio": {"0.5": 0.9}},
+        "tool_version": "0.1.0",
+        "created": "2026-11-29T00:00:00Z",
+        "command": "mars calibrate",
+    }
+
+
+def test_profile_round_trip(tmp_path):
+    path = profiles.save(sample_profile(), tmp_path / "p.yaml")
+    loaded = profiles.load(path)
+    assert loaded.data == sample_profile()
+    assert loaded.threshold("logit-ratio") == 0.93
+    assert not list(tmp_path.glob("*.tmp")), "temporary file left behind"
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.pop("thresholds"), "missing field 'thresholds'"),
+        (lambda d: d["thresholds"].update({"logit-ratio": 1.5}), "(0, 1]"),
+        (lambda d: d["thresholds"].update({"logit-ratio": float("nan")}), "(0, 1]"),
+        (lambda d: d["thresholds"].update({"prob-ratio": -0.1}), "(0, 1]"),
+        (lambda d: d["thresholds"].update({"entropy": 0.5}), "unknown margin measure"),
+        (lambda d: d.update({"schema": 99}), "schema version 99"),
+        (lambda d: d["model"].pop("fingerprint"), "model.fingerprint"),
+        (lambda d: d.update({"samples": "many"}), "wrong type"),
+    ],
+)
+def test_malformed_profiles_are_refused(tmp_path, mutate, message):
+    data = sample_profile()
+    mutate(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+        profiles.load(path)
+
+
+def test_unsafe_or_broken_yaml_is_refused(tmp_path):
+    path = tmp_path / "evil.yaml"
+    path.write_text("!!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(UserError, match="not valid YAML"):
+        profiles.load(path)
+    path.write_text("schema: [1,\n")
+    with pytest.raises(UserError, match="line"):
+        profiles.load(path)
+    with pytest.raises(UserError, match="not found"):
+        profiles.load(tmp_path / "missing.yaml")
+
+
+def test_profile_for_another_model_needs_force(tmp_path):
+    profile = profiles.load(profiles.save(sample_profile("a" * 64), tmp_path / "p.yaml"))
+    with pytest.raises(UserError, match="--force"):
+        profiles.check_matches(profile, "b" * 64, "other", force=False)
+    profiles.check_matches(profile, "b" * 64, "other", force=True)
+
+
+def test_lookup_prefers_user_directory(tmp_path, monkeypatch):
+    user, shipped = tmp_path / "user", tmp_path / "shipped"
+    monkeypatch.setenv("MARS_PROFILES", str(user))
+    monkeypatch.setattr(profiles, "SHIPPED_DIR", shipped)
+    profiles.save(sample_profile("c" * 64), shipped / "c.yaml")
+    assert profiles.find_for("c" * 64).path == shipped / "c.yaml"
+    user_data = sample_profile("c" * 64)
+    user_data["thresholds"]["logit-ratio"] = 0.97
+    profiles.save(user_data, user / "mine.yaml")
+    (user / "broken.yaml").write_text("::: not yaml :::\n")
+    found = profiles.find_for("c" * 64)
+    assert found.path == user / "mine.yaml" and found.threshold("logit-ratio") == 0.97
+    assert profiles.find_for("d" * 64) is None
+
+
+# ----------------------------------------------------------------------------- end to end
+def test_calibrate_then_generate_picks_up_the_profile(capsys, tmp_path, monkeypatch, tiny_dir):
+    user = tmp_path / "profiles"
+    monkeypatch.setenv("MARS_PROFILES", str(user))
+    out = user / "tiny.yaml"
+    code = main(["calibrate", "--target", str(tiny_dir), "--samples", "120", "-n", "12", "--seed", "3",
+                 "--objective", "rate=0.25", "--out", str(out), "--device", "cpu", "--json"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    profile = profiles.load(out)
+    assert printed["thresholds"] == profile.data["thresholds"]
+    assert profile.data["samples"] == 120 and profile.data["objective"] == {"kind": "rate", "value": 0.25}
+    assert "--seed 3" in profile.data["command"]
+    assert 0 < profile.threshold("logit-ratio") <= 1
+    # the same command reproduces the same thresholds
+    again = tmp_path / "again.yaml"
+    main(["calibrate", "--target", str(tiny_dir), "--samples", "120", "-n", "12", "--seed", "3",
+          "--objective", "rate=0.25", "--out", str(again), "--device", "cpu", "--json"])
+    capsys.readouterr()
+    assert profiles.load(again).data["thresholds"] == profile.data["thresholds"]
+
+    code = main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "-n", "5", "--json",
+                 "--device", "cpu"])
+    config = json.loads(capsys.readouterr().out)["config"]
+    assert code == 0 and config["threshold_source"] in (str(out), str(again))
+    assert config["threshold"] == pytest.approx(profile.threshold("logit-ratio"))
+    # an explicit flag wins over the profile
+    main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--threshold", "0.5", "-n", "3",
+          "--json", "--device", "cpu"])
+    config = json.loads(capsys.readouterr().out)["config"]
+    assert config["threshold"] == 0.5 and config["threshold_source"] == "flag"
+
+
+def test_profile_for_another_model_is_refused_by_generate(capsys, tmp_path, tiny_dir):
+    path = profiles.save(sample_profile("e" * 64), tmp_path / "other.yaml")
+    code = main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--profile", str(path),
+                 "-n", "3", "--device", "cpu"])
+    assert code == 2 and "--force" in capsys.readouterr().err
+    code = main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--profile", str(path),
+                 "--force", "-n", "3", "--device", "cpu", "--json"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["config"]["threshold"] == 0.93
+
+
+def test_calibrate_refuses_unwritable_out_before_sampling(capsys, tmp_path, tiny_dir):
+    code = main(["calibrate", "--target", str(tiny_dir), "--out", str(tmp_path), "--device", "cpu"])
+    assert code == 2 and "directory" in capsys.readouterr().err
+
+
+@pytest.mark.embedded
+@pytest.mark.parametrize("name", ["smollm2-135m"])
+def test_shipped_profile_loads_and_is_used(capsys, name, smollm2):
+    shipped = profiles.SHIPPED_DIR / f"{name}.yaml"
+    profile = profiles.load(shipped)
+    assert profile.fingerprint == smollm2.fingerprint
+    code = main(["generate", "What is 2+2?", "--verify", "mars", "--draft", "ngram", "-n", "8", "--json"])
+    config = json.loads(capsys.readouterr().out)["config"]
+    assert code == 0 and config["threshold_source"] == str(shipped)
+    assert config["threshold"] == pytest.approx(profile.threshold("logit-ratio"))
