@@ -238,6 +238,81 @@ def calibrate(
     out.print(f"profile written to {written}")
 
 
+@app.command("profile")
+def profile_command(
+    prompt: Annotated[Optional[str], typer.Argument(help="The prompt (default: a built-in summarisation prompt).")] = None,
+    target: Target = DEFAULT_TARGET,
+    draft: Draft = "ngram",
+    verify: Verify = "strict",
+    threshold: Threshold = None,
+    margin: Margin = "logit-ratio",
+    profile: Profile = None,
+    num_draft: NumDraft = DEFAULT_NUM_DRAFT,
+    max_new_tokens: MaxNew = 128,
+    temperature: Temperature = 0.0,
+    top_p: TopP = 1.0,
+    top_k: TopK = 0,
+    seed: Seed = None,
+    sweep_num_draft: Annotated[Optional[str], typer.Option(
+        "--sweep-num-draft", help="Also run each draft length, e.g. 1:8 or 2,4,8, and show the best.")] = None,
+    bucket: Annotated[int, typer.Option("--bucket", help="Output positions per tokens/s bucket.")] = 32,
+    overhead_repeats: Annotated[int, typer.Option(
+        "--overhead-repeats", help="Runs with and without per-phase timing to measure its own cost (0: skip).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the charts to this PNG file.")] = None,
+    trace: Annotated[Optional[Path], typer.Option(
+        "--trace", help="Write a torch.profiler trace (open in chrome://tracing or Perfetto).")] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="Do not apply the model's chat template.")] = False,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    device_map: DeviceMap = None,
+    trust_remote_code: TrustRemoteCode = False,
+) -> None:
+    """Show where decoding time goes: time split, acceptance, margins, draft-length sweep."""
+    from .profiling import DEFAULT_PROMPT, parse_range, plot_report, run_profile
+    from .render import profile_tables
+
+    options = _options(
+        target=target, draft=draft, verify=verify, threshold=threshold, margin=margin, profile=profile,
+        num_draft=num_draft, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+        top_k=top_k, seed=seed, device=device, dtype=dtype, device_map=device_map,
+        trust_remote_code=trust_remote_code, raw=raw,
+    )
+    options.validate()
+    sweep = parse_range(sweep_num_draft) if sweep_num_draft else None
+    require(bucket >= 1, f"--bucket must be at least 1, got {bucket}")
+    require(overhead_repeats >= 0, f"--overhead-repeats must be >= 0, got {overhead_repeats}")
+    for path in (plot, trace):
+        if path is not None:
+            _check_writable_file(path)
+    session = Session(options)
+    report = run_profile(session, prompt or DEFAULT_PROMPT, sweep, bucket, overhead_repeats, trace)
+    if plot is not None:
+        plot_report(report, plot)
+        report["plot"] = str(plot)
+    if as_json:
+        sys.stdout.write(json.dumps(report) + "\n")
+        return
+    for table in profile_tables(report):
+        out.print(table)
+    for key in ("plot", "trace"):
+        if key in report:
+            out.print(f"{key} written to {report[key]}")
+
+
+def _check_writable_file(path: Path) -> None:
+    """The file's directory must exist (or be creatable) and be writable."""
+    import os
+
+    require(not path.is_dir(), f"{path} is a directory; name a file")
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {parent}: {exc.strerror or exc}") from None
+    require(os.access(parent, os.W_OK), f"cannot write to {parent}")
+
+
 def _progress():
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -246,17 +321,10 @@ def _progress():
 
 
 def _check_writable(path: Path) -> None:
-    """Fail before minutes of work, not after: the directory must exist or be creatable."""
-    parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create {parent}: {exc.strerror or exc}") from None
+    """Fail before minutes of work, not after."""
     require(not path.is_dir(), f"--out {path} is a directory; name a .yaml file")
     require(path.suffix in (".yaml", ".yml"), f"--out {path}: a profile is a .yaml file")
-    import os
-
-    require(os.access(parent, os.W_OK), f"cannot write to {parent}")
+    _check_writable_file(path)
 
 
 def _reproduce_command(command: str) -> str:

@@ -50,3 +50,84 @@ def calibration_table(profile: dict) -> Table:
         table.add_row(measure, f"{theta:.4f}", f"{low:.4f}-{high:.4f}", f"{held['rate']:.1%}",
                       f"{held['loss']:.4f}", f"{paper['rate']:.1%}", f"{profile['quantiles'][measure].get('0.5', float('nan')):.4f}")
     return table
+
+
+def _bar(share: float, width: int = 30) -> str:
+    filled = max(0, min(width, round(share * width)))
+    return "█" * filled + "·" * (width - filled)
+
+
+def profile_tables(report: dict) -> list[Table]:
+    """The `mars profile` report: time split, acceptance, margins, sweeps."""
+    stats, config = report["stats"], report["config"]
+    tables = []
+    head = Table(title="decoding profile", show_header=False, title_justify="left")
+    head.add_column("what", style="bold")
+    head.add_column("value")
+    rule = config["verify"] + (f" ({config['margin']} > {config['threshold']:.3f}, from {config['threshold_source']})"
+                               if config["verify"] == "mars" else "")
+    head.add_row("target / draft", f"{config['target']} / {config['draft']}  (k = {config['num_draft']})")
+    head.add_row("verification", rule)
+    head.add_row("tokens/s", f"{stats['tokens_per_s']:.2f}  ({stats['new_tokens']} tokens in {stats['wall_s']:.2f} s)")
+    head.add_row("tau / acceptance", f"{stats['mean_accepted']:.2f} / {stats['acceptance_rate']:.1%}"
+                 + (f"  relaxed {stats['relaxed']}" if config["verify"] == "mars" else ""))
+    memory = report["memory"]
+    head.add_row("peak memory", "  ".join(f"{k.removeprefix('peak_').removesuffix('_mb')} {v:.0f} MB" for k, v in memory.items()))
+    if "instrumentation" in report:
+        cost = report["instrumentation"]
+        head.add_row("timing overhead", f"{cost['overhead_share']:+.2%} of wall (laps on vs off, median of {cost['repeats']})")
+    tables.append(head)
+
+    split = Table(title="where the time goes", title_justify="left")
+    for column in ("phase", "seconds", "share", ""):
+        split.add_column(column, justify="right" if column in ("seconds", "share") else "left")
+    for phase, entry in report["time_split"].items():
+        if phase == "not_model_forward":
+            continue
+        split.add_row(phase, f"{entry['seconds']:.3f}", f"{entry['share']:.1%}", _bar(entry["share"]))
+    rest = report["time_split"]["not_model_forward"]
+    split.add_row("[dim]all but model forwards[/dim]", f"{rest['seconds']:.3f}", f"{rest['share']:.1%}", _bar(rest["share"]))
+    tables.append(split)
+
+    histogram = report["accepted_length_histogram"]
+    if stats["drafted"]:
+        accept = Table(title="accepted drafts per round, and acceptance per draft position", title_justify="left")
+        accept.add_column("n")
+        accept.add_column("rounds", justify="right")
+        accept.add_column("")
+        accept.add_column("acceptance at position n", justify="right")
+        rounds = max(1, sum(histogram.values()))
+        positions = report["per_position_acceptance"]
+        for n in range(max(len(positions) + 1, len(histogram))):
+            count = histogram.get(str(n), 0)
+            rate = f"{positions[n - 1]:.1%}" if 1 <= n <= len(positions) else ""
+            accept.add_row(str(n), str(count), _bar(count / rounds, 20), rate)
+        tables.append(accept)
+
+    margins = report["margins"]
+    relax = Table(title=f"margins ({margins['measure']}) of {len(margins['values'])} generated positions: "
+                        "share that each threshold makes low-margin", title_justify="left")
+    relax.add_column("theta", justify="right")
+    relax.add_column("share", justify="right")
+    relax.add_column("")
+    for theta, share in margins["share_above"].items():
+        marker = "  ← active" if abs(float(theta) - margins["threshold"]) < 1e-12 else ""
+        relax.add_row(f"{float(theta):.3f}", f"{share:.1%}", _bar(share, 20) + marker)
+    tables.append(relax)
+
+    if report.get("num_draft_sweep"):
+        sweep = Table(title="draft length sweep", title_justify="left")
+        for column in ("k", "tokens/s", "tau", "acceptance", ""):
+            sweep.add_column(column, justify="right")
+        for row in report["num_draft_sweep"]:
+            sweep.add_row(str(row["num_draft"]), f"{row['tokens_per_s']:.2f}", f"{row['mean_accepted']:.2f}",
+                          f"{row['acceptance_rate']:.1%}", "best" if row["best"] else "")
+        tables.append(sweep)
+    if report.get("by_position"):
+        growth = Table(title="tokens/s by output position (KV cache growth)", title_justify="left")
+        growth.add_column("positions")
+        growth.add_column("tokens/s", justify="right")
+        for row in report["by_position"]:
+            growth.add_row(f"{row['from']}-{row['to']}", f"{row['tokens_per_s']:.2f}")
+        tables.append(growth)
+    return tables

@@ -155,23 +155,27 @@ class Session:
         return ids
 
     # ------------------------------------------------------------------ decoding
+    def settings(self) -> DecodeSettings:
+        return DecodeSettings(self.options.max_new_tokens, self.options.num_draft, self.options.stop)
+
     def stream(self, prompt_ids: list[int], stats: DecodeStats,
                observe: Callable[[torch.Tensor], None] | None = None,
-               seed: int | None = None) -> Iterator[list[int]]:
-        """Decode one prompt. `seed` overrides --seed for this call (calibration varies it)."""
+               seed: int | None = None, settings: DecodeSettings | None = None) -> Iterator[list[int]]:
+        """Decode one prompt. `seed` overrides --seed for this call (calibration varies it);
+        `settings` overrides the loop settings (profiling sweeps the draft length)."""
         seed = self.options.seed if seed is None else seed
         generator = make_generator(self.target.output_device, seed)
         if seed is not None and isinstance(self.drafter, ModelDrafter):
             self.drafter.generator.manual_seed(seed + 1)
-        settings = DecodeSettings(self.options.max_new_tokens, self.options.num_draft, self.options.stop)
-        return decode(self.target, self.drafter, self.verifier, prompt_ids, settings, generator, stats, observe)
+        return decode(self.target, self.drafter, self.verifier, prompt_ids, settings or self.settings(),
+                      generator, stats, observe)
 
     def run(self, prompt: str | list[int], observe: Callable[[torch.Tensor], None] | None = None,
-            seed: int | None = None) -> Result:
+            seed: int | None = None, settings: DecodeSettings | None = None) -> Result:
         prompt_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         stats = DecodeStats()
         tokens: list[int] = []
-        for chunk in self.stream(prompt_ids, stats, observe, seed):
+        for chunk in self.stream(prompt_ids, stats, observe, seed, settings):
             tokens.extend(chunk)
         return Result(self.decode_text(tokens), tokens, stats)
 

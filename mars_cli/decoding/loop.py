@@ -28,6 +28,7 @@ class DecodeSettings:
     num_draft: int = 4
     stop_strings: tuple[str, ...] = ()
     record_margins: bool = True
+    time_phases: bool = True  # per-phase laps; off only to measure their own cost
 
 
 def make_generator(device: torch.device, seed: int | None) -> torch.Generator:
@@ -66,7 +67,7 @@ def decode(
     stop_checker = _StopStrings(target.tokenizer, settings.stop_strings, length)
     stats.prompt_tokens = length
 
-    clock = PhaseClock(device)
+    clock = PhaseClock(device, settings.time_phases)
     cache = KVCache(target.model)
     drafter.reset()
     if length > 1:
@@ -126,6 +127,7 @@ def decode(
         if reason is None and stop_checker.hit(history[:length]):
             reason = "stop_string"
         clock.lap("other")
+        stats.round_ends.append((clock.elapsed(), produced))
         yield emitted
         if reason is not None or produced >= budget:
             stats.finish_reason = reason or "length"

@@ -19,14 +19,19 @@ class PhaseClock:
     rather than for whoever next waits on them.
     """
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, enabled: bool = True) -> None:
         self._sync: Callable[[], None] | None = (
             (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
         )
+        self.enabled = enabled
         self.totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self.start = self._mark = time.perf_counter()
 
     def lap(self, phase: str) -> None:
+        """With `enabled=False` only the round boundary ("other") reads the clock, which lets
+        `mars profile` measure what the per-phase laps themselves cost."""
+        if not self.enabled and phase != "other":
+            return
         if self._sync is not None:
             self._sync()
         now = time.perf_counter()
@@ -52,6 +57,7 @@ class DecodeStats:
     drafted_at: list[int] = field(default_factory=list)  # per draft position (0-based)
     accepted_at: list[int] = field(default_factory=list)
     accepted_per_round: Counter = field(default_factory=Counter)
+    round_ends: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, tokens so far)
     margins: list[float] = field(default_factory=list)
     sum_logprob: float = 0.0  # target log-probability of the emitted tokens (raw logits, T=1)
     phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))

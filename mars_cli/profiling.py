@@ -1,0 +1,201 @@
+"""`mars profile`: where decoding time goes, and how cost grows with the draft length and the
+output length. Everything here drives the ordinary decoding loop through a Session."""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .decoding.stats import DecodeStats
+from .decoding.verifiers import margin
+from .runner import Session
+
+DEFAULT_PROMPT = (
+    "Summarize in two sentences: The library will extend its opening hours during the exam period. "
+    "From Monday to Friday it will open at seven in the morning and close at midnight, and the "
+    "study rooms can be booked online for up to three hours a day."
+)
+OTHER_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
+
+
+def peak_memory_mb(device: torch.device) -> dict[str, float]:
+    """Peak resident memory of this process (and peak CUDA memory on a GPU)."""
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = {"peak_rss_mb": rss_kb / 1024 if sys.platform != "darwin" else rss_kb / 2**20}
+    if device.type == "cuda":
+        peak["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return peak
+
+
+def parse_range(text: str) -> list[int]:
+    """'1:8' -> [1..8]; '2,4,8' -> [2, 4, 8]."""
+    from .errors import UserError
+
+    try:
+        if ":" in text:
+            low, high = (int(part) for part in text.split(":"))
+            values = list(range(low, high + 1))
+        else:
+            values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise UserError(f"--sweep-num-draft {text!r}: expected LOW:HIGH or a comma-separated list") from None
+    if not values or min(values) < 1 or max(values) > 64:
+        raise UserError(f"--sweep-num-draft {text!r}: draft lengths must lie in 1..64")
+    return values
+
+
+def margin_collector(measure: str, sink: list[float]) -> Callable[[torch.Tensor], None]:
+    """Observer that records the margin of each generated position (raw logits)."""
+    def observe(logits: torch.Tensor) -> None:
+        top = logits.topk(2, dim=-1).values
+        sink.extend(margin(top[:, 0], top[:, 1], measure).tolist())  # type: ignore[arg-type]
+    return observe
+
+
+def throughput_by_position(stats: DecodeStats, bucket: int) -> list[dict[str, float]]:
+    """tokens/s within each block of `bucket` output positions (shows KV-cache growth)."""
+    rows, start_time, start_tokens = [], stats.phase_s.get("prefill", 0.0), 0
+    boundary = bucket
+    for end_time, produced in stats.round_ends:
+        if produced >= boundary:
+            elapsed = end_time - start_time
+            rows.append({"from": start_tokens, "to": produced,
+                         "tokens_per_s": (produced - start_tokens) / elapsed if elapsed > 0 else 0.0})
+            start_time, start_tokens = end_time, produced
+            boundary = (produced // bucket + 1) * bucket
+    return rows
+
+
+def run_profile(session: Session, prompt: str, sweep: list[int] | None, bucket: int,
+                overhead_repeats: int, trace: Path | None) -> dict:
+    """The whole report as one dict (rendered by the CLI, dumped as --json)."""
+    prompt_ids = session.encode(prompt)
+    warm = dataclasses.replace(session.settings(), max_new_tokens=min(8, session.options.max_new_tokens))
+    session.run(prompt_ids, settings=warm)  # warm-up: first calls pay for allocation and dispatch
+
+    margins: list[float] = []
+    main = session.run(prompt_ids, observe=margin_collector(session.options.margin, margins))
+    summary = main.stats.summary()
+    report: dict = {
+        "config": session.config(),
+        "stats": summary,
+        "memory": peak_memory_mb(session.target.output_device),
+        "time_split": _time_split(summary),
+        "accepted_length_histogram": summary["accepted_length_histogram"],
+        "per_position_acceptance": summary["per_position_acceptance"],
+        "margins": {
+            "measure": session.options.margin,
+            "threshold": session.threshold.value,
+            "values": margins,
+            "share_above": {str(t): _share_above(margins, t) for t in sorted({*OTHER_THRESHOLDS, session.threshold.value})},
+        },
+        "by_position": throughput_by_position(main.stats, bucket),
+    }
+    if sweep:
+        report["num_draft_sweep"] = _sweep(session, prompt_ids, sweep)
+    if overhead_repeats:
+        report["instrumentation"] = _instrumentation_cost(session, prompt_ids, overhead_repeats)
+    if trace is not None:
+        _write_trace(session, prompt_ids, trace)
+        report["trace"] = str(trace)
+    return report
+
+
+def _time_split(summary: dict) -> dict:
+    wall = summary["wall_s"] or 1.0
+    split = {phase: {"seconds": seconds, "share": seconds / wall} for phase, seconds in summary["time_s"].items()}
+    forwards = summary["time_s"]["target"] + summary["time_s"]["draft"] + summary["time_s"]["prefill"]
+    split["not_model_forward"] = {"seconds": wall - forwards, "share": (wall - forwards) / wall}
+    return split
+
+
+def _share_above(values: list[float], threshold: float) -> float:
+    return sum(v > threshold for v in values) / len(values) if values else 0.0
+
+
+def _sweep(session: Session, prompt_ids: list[int], lengths: list[int]) -> list[dict]:
+    rows = []
+    for k in lengths:
+        result = session.run(prompt_ids, settings=dataclasses.replace(session.settings(), num_draft=k))
+        stats = result.stats.summary()
+        rows.append({"num_draft": k, "tokens_per_s": stats["tokens_per_s"], "mean_accepted": stats["mean_accepted"],
+                     "acceptance_rate": stats["acceptance_rate"]})
+    best = max(rows, key=lambda row: row["tokens_per_s"])
+    for row in rows:
+        row["best"] = row is best
+    return rows
+
+
+def _instrumentation_cost(session: Session, prompt_ids: list[int], repeats: int) -> dict:
+    """Median wall time with per-phase laps on and off, interleaved (on, off, on, off ...)."""
+    timed, untimed = [], []
+    plain = dataclasses.replace(session.settings(), time_phases=False, record_margins=False)
+    for _ in range(repeats):
+        timed.append(session.run(prompt_ids).stats.wall_s)
+        untimed.append(session.run(prompt_ids, settings=plain).stats.wall_s)
+    on, off = statistics.median(timed), statistics.median(untimed)
+    return {"with_laps_s": on, "without_laps_s": off, "overhead_share": (on - off) / off, "repeats": repeats}
+
+
+def _write_trace(session: Session, prompt_ids: list[int], path: Path) -> None:
+    import os
+
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's own log lines off the terminal
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if session.target.output_device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        session.run(prompt_ids)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(path))
+
+
+def plot_report(report: dict, path: Path) -> None:
+    """Four panels: time split, accepted length per round, margins with theta, draft-length sweep."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    phases = [p for p in report["stats"]["time_s"] if report["stats"]["time_s"][p] > 0]
+    shares = [report["time_split"][p]["share"] * 100 for p in phases]
+    axes[0, 0].barh(phases, shares, color="tab:blue")
+    axes[0, 0].set_xlabel("% of wall time")
+    axes[0, 0].set_title(f"where time goes ({report['stats']['tokens_per_s']:.1f} tokens/s)")
+    histogram = report["accepted_length_histogram"]
+    axes[0, 1].bar([int(k) for k in histogram], list(histogram.values()), color="tab:green")
+    axes[0, 1].set_xticks([int(k) for k in histogram])
+    axes[0, 1].set_xlabel("drafts accepted in a round")
+    axes[0, 1].set_ylabel("rounds")
+    axes[0, 1].set_title(f"accepted length (tau = {report['stats']['mean_accepted']:.2f})")
+    values = [v for v in report["margins"]["values"] if v == v and abs(v) != float("inf")]
+    axes[1, 0].hist(values, bins=40, color="tab:gray")
+    axes[1, 0].axvline(report["margins"]["threshold"], color="tab:red", label=f"theta = {report['margins']['threshold']:.3f}")
+    axes[1, 0].set_xlabel(f"margin ({report['margins']['measure']})")
+    axes[1, 0].set_title("margins of generated positions")
+    axes[1, 0].legend()
+    sweep = report.get("num_draft_sweep")
+    if sweep:
+        axes[1, 1].plot([r["num_draft"] for r in sweep], [r["tokens_per_s"] for r in sweep], marker="o")
+        axes[1, 1].set_xticks([r["num_draft"] for r in sweep])
+        axes[1, 1].set_xlabel("num-draft k")
+        axes[1, 1].set_ylabel("tokens/s")
+        axes[1, 1].set_title("draft length sweep")
+    else:
+        rates = report["per_position_acceptance"]
+        axes[1, 1].bar(range(1, len(rates) + 1), rates, color="tab:orange")
+        axes[1, 1].set_xlabel("draft position")
+        axes[1, 1].set_title("acceptance per draft position")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
