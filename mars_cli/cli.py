@@ -14,7 +14,7 @@ from . import __version__
 from .calibrate import DEFAULT_OBJECTIVE
 from .errors import UserError, require
 from .models import DEFAULT_TARGET, EMBEDDED
-from .render import calibration_table, stats_table
+from .render import calibration_table, eval_table, stats_table
 from .runner import DEFAULT_NUM_DRAFT, DecodingOptions, Session
 
 app = typer.Typer(
@@ -298,6 +298,146 @@ def profile_command(
     for key in ("plot", "trace"):
         if key in report:
             out.print(f"{key} written to {report[key]}")
+
+
+@app.command("eval")
+def eval_command(
+    suite: Annotated[str, typer.Option(
+        "--suite", "-s", help="Comma-separated: chat, code, math, summarize, translate, all (the five), "
+                              "humaneval, a .jsonl file, or hf:NAME[:CONFIG][:SPLIT].")] = "chat",
+    methods: Annotated[str, typer.Option(
+        "--methods", help="Comma-separated methods: vanilla, strict, mars (vanilla is always added).")] = "vanilla,strict,mars",
+    sweep: Annotated[Optional[str], typer.Option(
+        "--sweep", help="Also run MARS at each threshold START:STOP:STEP, e.g. 0.80:0.98:0.02.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Use only the first N samples of each suite.")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per sample and method (median wall).")] = 1,
+    target: Target = DEFAULT_TARGET,
+    draft: Draft = "ngram",
+    threshold: Threshold = None,
+    margin: Margin = "logit-ratio",
+    profile: Profile = None,
+    num_draft: NumDraft = DEFAULT_NUM_DRAFT,
+    max_new_tokens: MaxNew = 128,
+    temperature: Temperature = 0.0,
+    top_p: TopP = 1.0,
+    top_k: TopK = 0,
+    seed: Seed = None,
+    min_speedup: Annotated[Optional[float], typer.Option(
+        "--min-speedup", rich_help_panel="Gates", help="Fail (exit 1) if a method is slower than this ratio to vanilla.")] = None,
+    max_quality_drop: Annotated[Optional[float], typer.Option(
+        "--max-quality-drop", rich_help_panel="Gates",
+        help="Fail (exit 1) if a method's task metric, or its ROUGE-L agreement with vanilla, drops by more.")] = None,
+    allow_code_execution: Annotated[bool, typer.Option(
+        "--allow-code-execution", help="Run generated code to score code suites (sandboxed subprocess).")] = False,
+    out_dir: Annotated[Optional[Path], typer.Option(
+        "--out", help="Directory for results.json, samples.jsonl, report.md and plots.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run in --out.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as one JSON object.")] = False,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    device_map: DeviceMap = None,
+    trust_remote_code: TrustRemoteCode = False,
+) -> None:
+    """Compare decoding methods for speed and quality on benchmark suites; gate CI jobs on it."""
+    from .evaluation import report as reporting
+    from .evaluation import runner as ev
+    from .evaluation.suites import BUILTIN, load_suite
+    from .models import load_model
+
+    options = _options(
+        target=target, draft=draft, threshold=threshold, margin=margin, profile=profile, num_draft=num_draft,
+        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+        device=device, dtype=dtype, device_map=device_map, trust_remote_code=trust_remote_code,
+    )
+    options.validate()
+    require(repeats >= 1, f"--repeats must be at least 1, got {repeats}")
+    require(limit is None or limit >= 1, f"--limit must be at least 1, got {limit}")
+    for name, value in (("--min-speedup", min_speedup), ("--max-quality-drop", max_quality_drop)):
+        require(value is None or (value == value and value >= 0), f"{name} must be a number >= 0, got {value}")
+    method_list = ev.parse_methods(methods, ev.parse_sweep(sweep) if sweep else [])
+    specs = [part.strip() for part in suite.split(",") if part.strip()]
+    specs = [name for spec in specs for name in (list(BUILTIN) if spec == "all" else [spec])]
+    suites = [load_suite(spec, limit) for spec in specs]
+    for loaded in suites:
+        if loaded.metric == "pass@1" and not allow_code_execution:
+            raise UserError(f"the {loaded.name} suite is scored by running generated code: "
+                            "pass --allow-code-execution to allow it (it runs in a sandboxed subprocess)")
+    signature = {"suites": specs, "limit": limit, "methods": [m.name for m in method_list], "repeats": repeats,
+                 "options": {k: v for k, v in options.__dict__.items() if k not in ("device", "device_map")}}
+    log_path = _prepare_out_dir(out_dir, resume, signature)
+
+    target_model = load_model(target, device, dtype, device_map, trust_remote_code)
+    sessions = ev.build_sessions(options, method_list, target_model)
+    log = ev.SampleLog(log_path)
+    total = sum(len(s.samples) for s in suites) * len(method_list)
+    interrupted = False
+    try:
+        with _progress() as progress:
+            task = progress.add_task("evaluating", total=total)
+            ev.evaluate(suites, method_list, sessions, log, repeats, allow_code_execution,
+                        lambda name: progress.update(task, advance=1, description=f"evaluating ({name})"))
+    except KeyboardInterrupt:
+        interrupted = True
+    results = {
+        "command": _reproduce_command("eval"),
+        "suites": [s.name for s in suites],
+        "config": sessions["vanilla"].config(),
+        "methods": {m.name: m.changes for m in method_list},
+        "repeats": repeats,
+        "complete": not interrupted,
+        "table": ev.aggregate(log.records, method_list, [s.name for s in suites]),
+    }
+    overall = results["table"]["all" if len(suites) > 1 else suites[0].name]
+    failures = ev.check_gates(overall, min_speedup, max_quality_drop)
+    if min_speedup is not None or max_quality_drop is not None:
+        results["gates"] = {"min_speedup": min_speedup, "max_quality_drop": max_quality_drop, "failures": failures}
+    if out_dir is not None:
+        reporting.write_all(results, out_dir, with_plots=not interrupted)
+    if interrupted:
+        err.print(f"interrupted: {len(log.records)} finished samples kept" + (f" in {out_dir}; rerun with --resume" if out_dir else ""))
+        raise KeyboardInterrupt
+    if as_json:
+        sys.stdout.write(json.dumps(results, ensure_ascii=False) + "\n")
+    else:
+        for scope, rows in results["table"].items():
+            out.print(eval_table(scope, rows))
+        if out_dir is not None:
+            out.print(f"results, report and plots written to {out_dir}")
+    if failures:
+        err.print("gate failed: " + "; ".join(failures))
+        raise typer.Exit(1)
+    if "gates" in results:
+        err.print("gates passed")
+
+
+def _prepare_out_dir(out_dir: Optional[Path], resume: bool, signature: dict) -> Optional[Path]:
+    """Never overwrite a previous run's samples; --resume only continues the same run."""
+    if out_dir is None:
+        require(not resume, "--resume needs --out DIR (the directory of the run to continue)")
+        return None
+    require(not out_dir.is_file(), f"--out {out_dir} is a file; name a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
+    import os
+
+    require(os.access(out_dir, os.W_OK), f"cannot write to {out_dir}")
+    run_file, samples = out_dir / "run.json", out_dir / "samples.jsonl"
+    if resume:
+        require(run_file.is_file(), f"nothing to resume in {out_dir} (no run.json)")
+        try:
+            previous = json.loads(run_file.read_text())
+        except ValueError:
+            raise UserError(f"{run_file} is corrupt; start a new run in another directory") from None
+        require(previous == json.loads(json.dumps(signature)),
+                f"--resume: the options differ from the run in {out_dir}; use the same ones or another --out")
+    else:
+        require(not samples.exists(), f"{out_dir} already holds a run: pass --resume to continue it, or use another --out")
+        from .evaluation.report import write_atomic
+
+        write_atomic(run_file, json.dumps(signature, indent=1))
+    return samples
 
 
 def _check_writable_file(path: Path) -> None:

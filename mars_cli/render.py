@@ -131,3 +131,15 @@ def profile_tables(report: dict) -> list[Table]:
             growth.add_row(f"{row['from']}-{row['to']}", f"{row['tokens_per_s']:.2f}")
         tables.append(growth)
     return tables
+
+
+def eval_table(scope: str, rows: list[dict]) -> Table:
+    """One `mars eval` table: speed and quality per method."""
+    from .evaluation.report import COLUMNS, cell
+
+    table = Table(title=f"suite: {scope}", title_justify="left")
+    for header, _, _ in COLUMNS:
+        table.add_column(header, justify="left" if header == "method" else "right", no_wrap=header == "method")
+    for row in rows:
+        table.add_row(*(cell(row, key, spec) for _, key, spec in COLUMNS))
+    return table

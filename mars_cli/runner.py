@@ -140,14 +140,20 @@ class Session:
         require(prompt.strip() != "", "the prompt is empty")
         tokenizer = self.target.tokenizer
         if not self.options.raw and getattr(tokenizer, "chat_template", None):
-            ids = tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
-            )
-            if hasattr(ids, "keys"):  # BatchEncoding in transformers 5
-                ids = ids["input_ids"]
-            ids = list(ids[0] if ids and isinstance(ids[0], list) else ids)
-        else:
-            ids = tokenizer.encode(prompt)
+            return self.encode_messages([{"role": "user", "content": prompt}])
+        return self._fits(tokenizer.encode(prompt))
+
+    def encode_messages(self, messages: list[dict]) -> list[int]:
+        """A conversation through the chat template (plain concatenation without one)."""
+        tokenizer = self.target.tokenizer
+        if self.options.raw or not getattr(tokenizer, "chat_template", None):
+            return self._fits(tokenizer.encode("\n".join(m["content"] for m in messages)))
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):  # BatchEncoding in transformers 5
+            ids = ids["input_ids"]
+        return self._fits(list(ids[0] if ids and isinstance(ids[0], list) else ids))
+
+    def _fits(self, ids: list[int]) -> list[int]:
         window = self.target.context_window
         if window is not None:
             require(len(ids) < window,

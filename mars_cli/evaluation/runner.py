@@ -1,0 +1,284 @@
+"""`mars eval`: run methods over suites on one loaded target, interleaved per sample, and
+aggregate speed and quality. Finished samples are appended to samples.jsonl as they complete
+(flushed and fsynced), so an interrupted run keeps them and `--resume` continues it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..decoding.stats import DecodeStats
+from ..errors import UserError
+from ..runner import DecodingOptions, Session
+from . import execution
+from .metrics import chrf, exact_number, extract_code, rouge_l, token_agreement, words
+from .suites import Sample, Suite
+
+BASE_METHODS = {
+    "vanilla": {"draft": "none", "verify": "strict"},
+    "strict": {"verify": "strict"},
+    "mars": {"verify": "mars"},
+}
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    changes: dict
+
+
+def parse_sweep(text: str) -> list[float]:
+    try:
+        start, stop, step = (float(part) for part in text.split(":"))
+    except ValueError:
+        raise UserError(f"--sweep {text!r}: expected START:STOP:STEP, e.g. 0.80:0.98:0.02") from None
+    if not (0 < start <= stop <= 1) or step <= 0:
+        raise UserError(f"--sweep {text!r}: thresholds must satisfy 0 < START <= STOP <= 1 and STEP > 0")
+    count = int(round((stop - start) / step)) + 1
+    return [round(start + i * step, 6) for i in range(count) if start + i * step <= stop + 1e-9]
+
+
+def parse_methods(text: str, sweep: list[float]) -> list[Method]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BASE_METHODS]
+    if unknown:
+        raise UserError(f"unknown method {unknown[0]!r}: choose from {', '.join(BASE_METHODS)}")
+    if "vanilla" not in names:
+        names.insert(0, "vanilla")  # every speedup and agreement figure is measured against it
+    methods = [Method(name, BASE_METHODS[name]) for name in dict.fromkeys(names)]
+    methods += [Method(f"mars@{theta:g}", {"verify": "mars", "threshold": theta}) for theta in sweep]
+    return methods
+
+
+# --------------------------------------------------------------------------- scoring
+def task_score(suite: Suite, sample: Sample, output: str, allow_execution: bool) -> float | None:
+    reference = sample.reference
+    if suite.metric == "exact_number" and "answer" in reference:
+        return exact_number(output, reference["answer"])
+    if suite.metric == "rouge_l" and "reference" in reference:
+        return rouge_l(words(output), words(reference["reference"]))
+    if suite.metric == "chrf" and "reference" in reference:
+        return chrf(output.strip(), reference["reference"])
+    if suite.metric == "tests" and allow_execution and "test" in reference:
+        return float(execution.check_function(extract_code(output), reference["test"]).passed)
+    if suite.metric == "pass@1" and allow_execution:
+        outcome = execution.check_completion(reference["prompt"], output, reference["test"], reference["entry_point"])
+        return float(outcome.passed)
+    return None
+
+
+# --------------------------------------------------------------------------- running
+class SampleLog:
+    """samples.jsonl: one line per finished (suite, sample, method), durable once written."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.records: list[dict] = []
+        if path is not None and path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    self.records.append(json.loads(line))
+                except ValueError:
+                    break  # a line cut short by a crash: everything before it stands
+
+    def done(self) -> set[tuple[str, str, str]]:
+        return {(r["suite"], r["sample_id"], r["method"]) for r in self.records}
+
+    def append(self, record: dict) -> None:
+        self.records.append(record)
+        if self.path is None:
+            return
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def build_sessions(base: DecodingOptions, methods: list[Method], target) -> dict[str, Session]:
+    return {m.name: Session(DecodingOptions(**{**dataclasses.asdict(base), **m.changes}), target=target)
+            for m in methods}
+
+
+def run_sample(session: Session, sample: Sample, repeats: int) -> dict:
+    """Decode every turn of a sample `repeats` times; keep the first outputs, the median wall."""
+    walls, first = [], None
+    for _ in range(repeats):
+        messages: list[dict] = []
+        turns, totals = [], DecodeStats()
+        wall = 0.0
+        for turn in sample.turns:
+            messages.append({"role": "user", "content": turn})
+            ids = session.encode(turn) if sample.raw else session.encode_messages(messages)
+            stop = sample.stop or session.options.stop
+            settings = dataclasses.replace(session.settings(), stop_strings=stop)
+            result = session.run(ids, settings=settings)
+            text = _cut_at_stop(result.text, stop)
+            turns.append({"text": text, "token_ids": result.token_ids})
+            messages.append({"role": "assistant", "content": text})
+            _accumulate(totals, result.stats)
+            wall += result.stats.wall_s
+        walls.append(wall)
+        if first is None:
+            first = (turns, totals)
+    turns, totals = first
+    summary = totals.summary()
+    return {
+        "output": "\n".join(t["text"] for t in turns) if len(turns) > 1 else turns[0]["text"],
+        "turns": [t["text"] for t in turns] if len(turns) > 1 else None,
+        "token_ids": [i for t in turns for i in t["token_ids"]],
+        "new_tokens": totals.new_tokens,
+        "rounds": totals.rounds,
+        "drafted": totals.drafted,
+        "accepted": totals.accepted,
+        "relaxed": totals.relaxed,
+        "drafted_at": totals.drafted_at,
+        "accepted_at": totals.accepted_at,
+        "sum_logprob": totals.sum_logprob,
+        "wall_s": statistics.median(walls),
+        "walls": walls,
+        "mean_accepted": summary["mean_accepted"],
+    }
+
+
+def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
+    cut = min((text.find(s) for s in stops if s and s in text), default=-1)
+    return text[:cut] if cut >= 0 else text
+
+
+def _accumulate(total: DecodeStats, part: DecodeStats) -> None:
+    total.new_tokens += part.new_tokens
+    total.rounds += part.rounds
+    total.drafted += part.drafted
+    total.accepted += part.accepted
+    total.relaxed += part.relaxed
+    total.sum_logprob += part.sum_logprob
+    for position, (d, a) in enumerate(zip(part.drafted_at, part.accepted_at)):
+        if position >= len(total.drafted_at):
+            total.drafted_at.append(0)
+            total.accepted_at.append(0)
+        total.drafted_at[position] += d
+        total.accepted_at[position] += a
+
+
+def rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def evaluate(
+    suites: list[Suite],
+    methods: list[Method],
+    sessions: dict[str, Session],
+    log: SampleLog,
+    repeats: int,
+    allow_execution: bool,
+    advance: Callable[[str], None],
+) -> None:
+    """Run everything not yet in the log; methods rotate per sample (A B C, B C A, ...)."""
+    done = log.done()
+    warmed: set[str] = set()
+    for suite in suites:
+        for index, sample in enumerate(suite.samples):
+            order = methods[index % len(methods):] + methods[:index % len(methods)]
+            for method in order:
+                if (suite.name, sample.id, method.name) in done:
+                    advance(method.name)
+                    continue
+                session = sessions[method.name]
+                if method.name not in warmed:  # first calls pay for allocation: keep them out of timings
+                    short = dataclasses.replace(session.settings(), max_new_tokens=4)
+                    session.run(session.encode(sample.turns[0]) if sample.raw else
+                                session.encode_messages([{"role": "user", "content": sample.turns[0]}]),
+                                settings=short)
+                    warmed.add(method.name)
+                device = session.target.output_device
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(device)
+                record = run_sample(session, sample, repeats)
+                record.update(suite=suite.name, sample_id=sample.id, method=method.name, rss_mb=rss_mb(),
+                              task_score=task_score(suite, sample, record["output"], allow_execution))
+                if device.type == "cuda":
+                    record["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+                log.append(record)
+                advance(method.name)
+
+
+# --------------------------------------------------------------------------- aggregation
+def aggregate(records: list[dict], methods: list[Method], suites: list[str]) -> dict:
+    """Per suite and overall: one row per method, speed and quality side by side."""
+    table: dict[str, list[dict]] = {}
+    for scope in [*suites, "all"] if len(suites) > 1 else suites:
+        chosen = [r for r in records if scope == "all" or r["suite"] == scope]
+        vanilla = {(r["suite"], r["sample_id"]): r for r in chosen if r["method"] == "vanilla"}
+        rows = []
+        for method in methods:
+            mine = [r for r in chosen if r["method"] == method.name]
+            if not mine:
+                continue
+            rows.append(_row(method.name, mine, vanilla))
+        base = next((row for row in rows if row["method"] == "vanilla"), None)
+        for row in rows:
+            row["speedup"] = row["tokens_per_s"] / base["tokens_per_s"] if base and base["tokens_per_s"] else None
+        table[scope] = rows
+    return table
+
+
+def _row(name: str, mine: list[dict], vanilla: dict) -> dict:
+    tokens = sum(r["new_tokens"] for r in mine)
+    wall = sum(r["wall_s"] for r in mine)
+    drafted = sum(r["drafted"] for r in mine)
+    accepted = sum(r["accepted"] for r in mine)
+    positions = max((len(r["drafted_at"]) for r in mine), default=0)
+    drafted_at = [sum(r["drafted_at"][i] for r in mine if i < len(r["drafted_at"])) for i in range(positions)]
+    accepted_at = [sum(r["accepted_at"][i] for r in mine if i < len(r["accepted_at"])) for i in range(positions)]
+    paired = [(r, vanilla[(r["suite"], r["sample_id"])]) for r in mine if (r["suite"], r["sample_id"]) in vanilla]
+    scores = [r["task_score"] for r in mine if r.get("task_score") is not None]
+    return {
+        "method": name,
+        "samples": len(mine),
+        "new_tokens": tokens,
+        "tokens_per_s": tokens / wall if wall else 0.0,
+        "tau": tokens / max(1, sum(r["rounds"] for r in mine)),
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "relaxed_share": sum(r["relaxed"] for r in mine) / accepted if accepted else 0.0,
+        "per_position_acceptance": [a / d if d else 0.0 for a, d in zip(accepted_at, drafted_at)],
+        "task_metric": statistics.mean(scores) if scores else None,
+        "agreement_tokens": statistics.mean(token_agreement(r["token_ids"], v["token_ids"]) for r, v in paired) if paired else None,
+        "agreement_rouge_l": statistics.mean(rouge_l(r["token_ids"], v["token_ids"]) for r, v in paired) if paired else None,
+        "mean_logprob": sum(r["sum_logprob"] for r in mine) / tokens if tokens else 0.0,
+        "peak_rss_mb": max(r["rss_mb"] for r in mine),
+        **({"cuda_peak_mb": max(r["cuda_peak_mb"] for r in mine)} if "cuda_peak_mb" in mine[0] else {}),
+    }
+
+
+def check_gates(rows: list[dict], min_speedup: float | None, max_quality_drop: float | None) -> list[str]:
+    """Failures, each a sentence naming the method and the figure; empty when all pass."""
+    failures = []
+    base = next((row for row in rows if row["method"] == "vanilla"), None)
+    for row in rows:
+        if row["method"] == "vanilla":
+            continue
+        if min_speedup is not None and (row["speedup"] or 0.0) < min_speedup:
+            failures.append(f"{row['method']}: speedup {row['speedup']:.3f}x < {min_speedup}x")
+        if max_quality_drop is None:
+            continue
+        if base and base["task_metric"] is not None and row["task_metric"] is not None:
+            drop = base["task_metric"] - row["task_metric"]
+            if drop > max_quality_drop:
+                failures.append(f"{row['method']}: task metric drops by {drop:.3f} > {max_quality_drop}")
+        if row["agreement_rouge_l"] is not None and 1 - row["agreement_rouge_l"] > max_quality_drop:
+            failures.append(f"{row['method']}: agreement with vanilla (ROUGE-L) {row['agreement_rouge_l']:.3f} "
+                            f"is more than {max_quality_drop} below 1")
+    return failures

@@ -1,0 +1,196 @@
+"""`mars eval`: suites, metrics on hand-made outputs, gates, resume, artefacts, code execution."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mars_cli.cli import main
+from mars_cli.errors import UserError
+from mars_cli.evaluation import execution
+from mars_cli.evaluation.metrics import (
+    chrf,
+    common_prefix,
+    exact_number,
+    extract_code,
+    final_number,
+    rouge_l,
+    token_agreement,
+)
+from mars_cli.evaluation.runner import check_gates, parse_methods, parse_sweep
+from mars_cli.evaluation.suites import BUILTIN, load_suite
+
+
+# ----------------------------------------------------------------------------- suites
+@pytest.mark.parametrize("name", list(BUILTIN))
+def test_builtin_suites_load_with_references(name):
+    suite = load_suite(name)
+    assert len(suite.samples) >= 24
+    assert len({s.id for s in suite.samples}) == len(suite.samples)
+    if suite.metric == "exact_number":
+        assert all("answer" in s.reference for s in suite.samples)
+    if suite.metric in ("rouge_l", "chrf"):
+        assert all(s.reference["reference"].strip() for s in suite.samples)
+    if suite.metric == "tests":
+        assert all({"test", "entry_point"} <= s.reference.keys() for s in suite.samples)
+
+
+def test_humaneval_suite_loads_from_the_package():
+    suite = load_suite("humaneval", limit=3)
+    assert suite.metric == "pass@1" and len(suite.samples) == 3
+    assert suite.samples[0].raw and "def " in suite.samples[0].turns[0]
+
+
+def test_jsonl_suite_with_turns_and_bad_line(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"id": "a", "prompt": "hi"}\n{"turns": ["one", "two"]}\n')
+    suite = load_suite(str(path))
+    assert [s.turns for s in suite.samples] == [["hi"], ["one", "two"]]
+    path.write_text('{"prompt": "hi"}\n{"prompt": \n')
+    with pytest.raises(UserError, match="line 2"):
+        load_suite(str(path))
+    path.write_text('{"prompt": ""}\n')
+    with pytest.raises(UserError, match="line 1"):
+        load_suite(str(path))
+
+
+def test_unknown_suite_and_offline_dataset_are_clear_errors(monkeypatch):
+    with pytest.raises(UserError, match="unknown suite"):
+        load_suite("nope")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(UserError, match="cannot load dataset"):
+        load_suite("hf:no-such-owner/no-such-dataset")
+
+
+# ----------------------------------------------------------------------------- metrics
+def test_metrics_on_hand_made_outputs():
+    assert final_number("so 3 + 4 = 7. The answer is 1,250.") == 1250
+    assert exact_number("The total is 42 dollars", 42) == 1.0 and exact_number("no idea", 42) == 0.0
+    assert token_agreement([1, 2, 3], [1, 2, 4]) == pytest.approx(2 / 3)
+    assert token_agreement([1, 2], [1, 2, 3, 4]) == 0.5
+    assert common_prefix([1, 2, 9, 4], [1, 2, 3, 4]) == 2
+    assert rouge_l([1, 2, 3, 4], [1, 2, 3, 4]) == 1.0
+    assert rouge_l("a b c d".split(), "a x c y".split()) == pytest.approx(0.5)
+    assert chrf("Le chat dort.", "Le chat dort.") == pytest.approx(1.0)
+    assert 0 < chrf("Le chat dort", "Le chien dort") < 1
+    assert chrf("xyz", "abc") == 0.0
+    assert extract_code("Here:\n```python\ndef f():\n    return 1\n```\nDone") == "def f():\n    return 1\n"
+
+
+def test_sweep_and_methods_parse():
+    assert parse_sweep("0.80:0.90:0.05") == [0.8, 0.85, 0.9]
+    methods = parse_methods("strict,mars", [0.85])
+    assert [m.name for m in methods] == ["vanilla", "strict", "mars", "mars@0.85"]
+    with pytest.raises(UserError):
+        parse_methods("fast", [])
+    with pytest.raises(UserError):
+        parse_sweep("0.9:0.8:0.01")
+
+
+def rows(speedup: float, task: float, agreement: float) -> list[dict]:
+    return [
+        {"method": "vanilla", "speedup": 1.0, "task_metric": 0.5, "agreement_rouge_l": 1.0},
+        {"method": "mars", "speedup": speedup, "task_metric": task, "agreement_rouge_l": agreement},
+    ]
+
+
+def test_gates_pass_and_fail_on_constructed_results():
+    assert check_gates(rows(1.3, 0.5, 0.99), 1.2, 0.02) == []
+    assert check_gates(rows(1.1, 0.5, 0.99), 1.2, 0.02) == ["mars: speedup 1.100x < 1.2x"]
+    failures = check_gates(rows(1.3, 0.4, 0.9), 1.2, 0.05)
+    assert len(failures) == 2 and "task metric drops by 0.100" in failures[0] and "ROUGE-L" in failures[1]
+    assert check_gates(rows(0.1, 0.0, 0.0), None, None) == []
+
+
+# ----------------------------------------------------------------------------- execution
+def test_generated_code_runs_sandboxed():
+    assert execution.check_function("def add(a, b):\n    return a + b", "assert add(2, 3) == 5").passed
+    assert not execution.check_function("def add(a, b):\n    return a - b", "assert add(2, 3) == 5").passed
+    assert execution.run_program("while True:\n    pass\n", timeout=1).reason == "timeout"
+    big = execution.run_program("x = bytearray(4 * 1024 ** 3)\n", timeout=10)
+    assert not big.passed and "MemoryError" in big.reason
+
+
+def test_sandbox_has_no_network():
+    if not execution.network_isolation_prefix():
+        pytest.skip("unprivileged network namespaces are not available here")
+    probe = execution.run_program(
+        "import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('127.0.0.1', 9))\n", timeout=10)
+    assert not probe.passed and ("Network is unreachable" in probe.reason or "refused" in probe.reason
+                                 or "OSError" in probe.reason)
+
+
+def test_humaneval_refused_without_flag(capsys, tiny_dir):
+    code = main(["eval", "--suite", "humaneval", "--limit", "1", "--target", str(tiny_dir), "--device", "cpu"])
+    assert code == 2 and "--allow-code-execution" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- end to end
+EVAL_ARGS = ["eval", "--suite", "math,translate", "--limit", "2", "-n", "12", "--device", "cpu",
+             "--methods", "vanilla,strict,mars", "--sweep", "0.85:0.9:0.05"]
+
+
+def test_tiny_eval_writes_every_artefact(capsys, tmp_path, tiny_dir):
+    out = tmp_path / "run"
+    code = main([*EVAL_ARGS, "--target", str(tiny_dir), "--out", str(out), "--json"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    for name in ("results.json", "samples.jsonl", "report.md", "run.json", "speed_quality.png", "sweep.png",
+                 "acceptance.png"):
+        assert (out / name).is_file(), name
+    for image in out.glob("*.png"):
+        import matplotlib.image
+
+        assert image.read_bytes()[:4] == b"\x89PNG" and matplotlib.image.imread(image).ndim == 3
+    results = json.loads((out / "results.json").read_text())
+    assert results["table"] == printed["table"]
+    overall = {row["method"]: row for row in results["table"]["all"]}
+    assert set(overall) == {"vanilla", "strict", "mars", "mars@0.85", "mars@0.9"}
+    assert overall["vanilla"]["speedup"] == 1.0 and overall["strict"]["agreement_tokens"] == 1.0
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 * 2 * 5
+    assert {"sample_id", "method", "output", "new_tokens", "rounds", "wall_s"} <= samples[0].keys()
+    assert "| vanilla |" in (out / "report.md").read_text()
+
+
+def test_resume_continues_an_interrupted_run(capsys, tmp_path, tiny_dir, monkeypatch):
+    from mars_cli.evaluation import runner as ev
+
+    out = tmp_path / "run"
+    real = ev.run_sample
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ev, "run_sample", flaky)
+    code = main([*EVAL_ARGS, "--target", str(tiny_dir), "--out", str(out)])
+    assert code == 130
+    kept = (out / "samples.jsonl").read_text().splitlines()
+    assert len(kept) == 6
+    assert json.loads((out / "results.json").read_text())["complete"] is False
+    # without --resume the directory is protected
+    assert main([*EVAL_ARGS, "--target", str(tiny_dir), "--out", str(out)]) == 2
+    # a changed option is refused on resume
+    assert main([*EVAL_ARGS, "--target", str(tiny_dir), "--out", str(out), "--resume", "--limit", "1"]) == 2
+    monkeypatch.setattr(ev, "run_sample", real)
+    calls["n"] = 0
+    code = main([*EVAL_ARGS, "--target", str(tiny_dir), "--out", str(out), "--resume"])
+    assert code == 0
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 20 and lines[:6] == kept
+    keys = [(json.loads(l)["suite"], json.loads(l)["sample_id"], json.loads(l)["method"]) for l in lines]
+    assert len(set(keys)) == 20
+    assert json.loads((out / "results.json").read_text())["complete"] is True
+
+
+def test_gate_failure_exits_1_with_summary(capsys, tiny_dir):
+    code = main(["eval", "--suite", "math", "--limit", "1", "-n", "6", "--device", "cpu", "--target", str(tiny_dir),
+                 "--methods", "strict", "--min-speedup", "1000"])
+    err = capsys.readouterr().err
+    assert code == 1 and "gate failed: strict: speedup" in err
