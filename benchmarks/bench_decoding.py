@@ -58,9 +58,11 @@ def methods(k: int, with_sweep: bool) -> list[Method]:
         Method(f"hf-prompt-lookup(k={k})", "hf", {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": 3}),
         Method("ngram-strict", "ours", {"draft": "ngram", "verify": "strict"}),
     ]
-    for measure, thresholds in (("logit-ratio", (0.85, 0.9, 0.95)), ("prob-ratio", (0.3, 0.5, 0.7))):
+    # None: the threshold comes from the target's calibrated profile (shipped in mars_cli/profiles)
+    for measure, thresholds in (("logit-ratio", (0.85, 0.9, 0.95, None)), ("prob-ratio", (0.3, 0.5, None))):
         for theta in thresholds:
-            listed.append(Method(f"ngram-mars({measure}>{theta})", "ours",
+            label = "profile" if theta is None else theta
+            listed.append(Method(f"ngram-mars({measure}>{label})", "ours",
                                  {"draft": "ngram", "verify": "mars", "margin": measure, "threshold": theta}))
     if with_sweep:
         for sweep_k in (2, 3, 6, 8):
@@ -101,6 +103,8 @@ def main() -> None:
     listed = methods(args.num_draft, not args.no_sweep)
     sessions = {m.name: Session(DecodingOptions(**{**base.__dict__, **m.options}), target=target)
                 for m in listed if m.kind == "ours"}
+    thresholds = {name: {"value": s.threshold.value, "source": s.threshold.source}
+                  for name, s in sessions.items() if s.options.verify == "mars"}
     encoder = sessions["plain"]
     prompt_names = args.prompts.split(",")
     prompt_ids = {name: encoder.encode(PROMPTS[name]) for name in prompt_names}
@@ -189,6 +193,7 @@ def main() -> None:
         "prompts": prompt_names,
         "repeats": args.repeats,
         "rss_mb_trace": rss_trace,
+        "thresholds": thresholds,
         "rows": rows,
         "outputs": {m: {n: records[m][n][0]["tokens"] for n in prompt_names} for m in records},
     }

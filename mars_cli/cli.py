@@ -218,6 +218,7 @@ def calibrate(
     destination = out_path or user_profile_dir() / f"{Path(target).name.removesuffix('.gguf')}.yaml"
     _check_writable(destination)
     session = Session(options)
+    session.target.fingerprint  # computed now: a model that cannot be fingerprinted fails before sampling
     fit_ids, held_ids = cal.split_prompts(len(prompt_texts))
     with _progress() as progress:
         task = progress.add_task("sampling (fit)", total=samples)
@@ -364,7 +365,7 @@ def eval_command(
                             "pass --allow-code-execution to allow it (it runs in a sandboxed subprocess)")
     signature = {"suites": specs, "limit": limit, "methods": [m.name for m in method_list], "repeats": repeats,
                  "options": {k: v for k, v in options.__dict__.items() if k not in ("device", "device_map")}}
-    log_path = _prepare_out_dir(out_dir, resume, signature)
+    log_path = ev.prepare_out_dir(out_dir, resume, signature)
 
     target_model = load_model(target, device, dtype, device_map, trust_remote_code)
     sessions = ev.build_sessions(options, method_list, target_model)
@@ -408,36 +409,6 @@ def eval_command(
         raise typer.Exit(1)
     if "gates" in results:
         err.print("gates passed")
-
-
-def _prepare_out_dir(out_dir: Optional[Path], resume: bool, signature: dict) -> Optional[Path]:
-    """Never overwrite a previous run's samples; --resume only continues the same run."""
-    if out_dir is None:
-        require(not resume, "--resume needs --out DIR (the directory of the run to continue)")
-        return None
-    require(not out_dir.is_file(), f"--out {out_dir} is a file; name a directory")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
-    import os
-
-    require(os.access(out_dir, os.W_OK), f"cannot write to {out_dir}")
-    run_file, samples = out_dir / "run.json", out_dir / "samples.jsonl"
-    if resume:
-        require(run_file.is_file(), f"nothing to resume in {out_dir} (no run.json)")
-        try:
-            previous = json.loads(run_file.read_text())
-        except ValueError:
-            raise UserError(f"{run_file} is corrupt; start a new run in another directory") from None
-        require(previous == json.loads(json.dumps(signature)),
-                f"--resume: the options differ from the run in {out_dir}; use the same ones or another --out")
-    else:
-        require(not samples.exists(), f"{out_dir} already holds a run: pass --resume to continue it, or use another --out")
-        from .evaluation.report import write_atomic
-
-        write_atomic(run_file, json.dumps(signature, indent=1))
-    return samples
 
 
 def _check_writable_file(path: Path) -> None:

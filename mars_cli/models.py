@@ -246,7 +246,8 @@ def model_fingerprint(model: torch.nn.Module, tokenizer: object, per_tensor: int
             flat = tensor.detach().reshape(-1)
             if not flat.is_floating_point() or flat.numel() == 0:
                 continue
-            index = torch.linspace(0, flat.numel() - 1, min(per_tensor, flat.numel()), device=flat.device).long()
+            count = min(per_tensor, flat.numel())
+            index = torch.arange(count, device=flat.device) * (flat.numel() - 1) // max(count - 1, 1)
             sample = flat[index].to(torch.bfloat16).to(torch.float32).cpu()
             digest.update(f"{name}:{tuple(tensor.shape)}".encode())
             digest.update(sample.numpy().tobytes())
@@ -313,4 +314,10 @@ def load_model(
         model = model.to(torch_device)
     model.eval()
     input_device = model.get_input_embeddings().weight.device
-    return LoadedModel(spec, str(location), model, tokenizer, input_device, torch_dtype)
+    if spec in EMBEDDED:
+        source = f"embedded:{spec} ({gguf_name})"  # portable: recorded in shipped profiles
+    elif gguf_name is not None:
+        source = spec
+    else:
+        source = str(location)
+    return LoadedModel(spec, source, model, tokenizer, input_device, torch_dtype)

@@ -116,3 +116,21 @@ def test_embedded_model_cache_is_reused_and_rebuilt_when_corrupt(tmp_path, monke
     weight = rebuilt.model.get_input_embeddings().weight
     assert torch.equal(weight, first.model.get_input_embeddings().weight)
     assert torch.equal(again.model.get_input_embeddings().weight, weight)
+
+
+def test_fingerprint_is_stable_across_dtype_and_changes_with_weights(tiny_dir):
+    import copy
+
+    from mars_cli.models import model_fingerprint
+
+    fp32 = load_model(str(tiny_dir), device="cpu")
+    bf16 = load_model(str(tiny_dir), device="cpu", dtype="bfloat16")
+    assert fp32.fingerprint == bf16.fingerprint
+    changed = copy.deepcopy(fp32.model)
+    with torch.no_grad():
+        changed.lm_head.weight[-1, -1] += 1.0  # the last element of a tensor is always sampled
+    assert model_fingerprint(changed, fp32.tokenizer) != fp32.fingerprint
+    with torch.no_grad():
+        big = torch.nn.Linear(4096, 7000, bias=False)  # float32 index rounding once broke this size
+        big.weight.zero_()
+    model_fingerprint(big, fp32.tokenizer)

@@ -15,9 +15,10 @@ from typing import Callable
 import torch
 
 from ..decoding.stats import DecodeStats
-from ..errors import UserError
+from ..errors import UserError, require
 from ..runner import DecodingOptions, Session
 from . import execution
+from .report import write_atomic
 from .metrics import chrf, exact_number, extract_code, rouge_l, token_agreement, words
 from .suites import Sample, Suite
 
@@ -213,6 +214,33 @@ def evaluate(
                     record["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
                 log.append(record)
                 advance(method.name)
+
+
+# --------------------------------------------------------------------------- output directory
+def prepare_out_dir(out_dir: Path | None, resume: bool, signature: dict) -> Path | None:
+    """Never overwrite a previous run's samples; --resume only continues the same run."""
+    if out_dir is None:
+        require(not resume, "--resume needs --out DIR (the directory of the run to continue)")
+        return None
+    require(not out_dir.is_file(), f"--out {out_dir} is a file; name a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
+    require(os.access(out_dir, os.W_OK), f"cannot write to {out_dir}")
+    run_file, samples = out_dir / "run.json", out_dir / "samples.jsonl"
+    if resume:
+        require(run_file.is_file(), f"nothing to resume in {out_dir} (no run.json)")
+        try:
+            previous = json.loads(run_file.read_text())
+        except ValueError:
+            raise UserError(f"{run_file} is corrupt; start a new run in another directory") from None
+        require(previous == json.loads(json.dumps(signature)),
+                f"--resume: the options differ from the run in {out_dir}; use the same ones or another --out")
+    else:
+        require(not samples.exists(), f"{out_dir} already holds a run: pass --resume to continue it, or use another --out")
+        write_atomic(run_file, json.dumps(signature, indent=1))
+    return samples
 
 
 # --------------------------------------------------------------------------- aggregation
