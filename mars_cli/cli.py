@@ -25,7 +25,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-out = Console(highlight=False, soft_wrap=True)
+# Tables stay readable in logs and pipes too (rich assumes 80 columns when not on a terminal).
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False)
 
 EMBEDDED_NAMES = ", ".join(EMBEDDED)
@@ -379,11 +380,15 @@ def eval_command(
                         lambda name: progress.update(task, advance=1, description=f"evaluating ({name})"))
     except KeyboardInterrupt:
         interrupted = True
+    described = sessions[next((m.name for m in method_list if m.name != "vanilla"), "vanilla")]
     results = {
-        "command": _reproduce_command("eval"),
+        "command": _reproduce_command("eval").replace(" --resume", ""),  # the run a resume continues
         "suites": [s.name for s in suites],
-        "config": sessions["vanilla"].config(),
-        "methods": {m.name: m.changes for m in method_list},
+        "config": described.config(),  # the drafter and flags the non-vanilla methods used
+        "methods": {m.name: {**m.changes, **({"threshold": sessions[m.name].threshold.value,
+                                              "threshold_source": sessions[m.name].threshold.source}
+                                             if sessions[m.name].options.verify == "mars" else {})}
+                    for m in method_list},
         "repeats": repeats,
         "complete": not interrupted,
         "table": ev.aggregate(log.records, method_list, [s.name for s in suites]),

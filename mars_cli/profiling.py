@@ -7,6 +7,7 @@ import dataclasses
 import resource
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -133,14 +134,35 @@ def _sweep(session: Session, prompt_ids: list[int], lengths: list[int]) -> list[
 
 
 def _instrumentation_cost(session: Session, prompt_ids: list[int], repeats: int) -> dict:
-    """Median wall time with per-phase laps on and off, interleaved (on, off, on, off ...)."""
-    timed, untimed = [], []
+    """What per-phase timing costs, two ways. Directly: the time of one lap, times the laps a
+    decode makes (precise on a CPU; misses CUDA sync stalls). End to end: median wall time with
+    laps on and off, interleaved (on, off, on, off ...), which includes everything but is only as
+    precise as the machine is quiet."""
+    from .decoding.stats import PHASES, PhaseClock
+
+    probe = PhaseClock(torch.device("cpu"))
+    laps = 20_000
+    start = time.perf_counter()
+    for _ in range(laps):
+        probe.lap("other")
+    per_lap = (time.perf_counter() - start) / laps
+    timed, untimed, rounds = [], [], 0
     plain = dataclasses.replace(session.settings(), time_phases=False, record_margins=False)
     for _ in range(repeats):
-        timed.append(session.run(prompt_ids).stats.wall_s)
+        result = session.run(prompt_ids)
+        timed.append(result.stats.wall_s)
+        rounds = result.stats.rounds
         untimed.append(session.run(prompt_ids, settings=plain).stats.wall_s)
     on, off = statistics.median(timed), statistics.median(untimed)
-    return {"with_laps_s": on, "without_laps_s": off, "overhead_share": (on - off) / off, "repeats": repeats}
+    laps_per_round = len(PHASES) - 1  # every phase but the prefill, once per round
+    return {
+        "per_lap_s": per_lap,
+        "estimated_share": per_lap * laps_per_round * rounds / on if on else 0.0,
+        "with_laps_s": on,
+        "without_laps_s": off,
+        "measured_share": (on - off) / off,
+        "repeats": repeats,
+    }
 
 
 def _write_trace(session: Session, prompt_ids: list[int], path: Path) -> None:

@@ -194,3 +194,19 @@ def test_gate_failure_exits_1_with_summary(capsys, tiny_dir):
                  "--methods", "strict", "--min-speedup", "1000"])
     err = capsys.readouterr().err
     assert code == 1 and "gate failed: strict: speedup" in err
+
+
+def test_multi_turn_jsonl_runs_turn_by_turn(capsys, tmp_path, tiny_dir):
+    suite = tmp_path / "mt.jsonl"
+    suite.write_text('{"id": "conv", "turns": ["first question", "and a follow-up"]}\n'
+                     '{"id": "single", "prompt": "just one", "reference": "one"}\n')
+    out = tmp_path / "run"
+    code = main(["eval", "--suite", str(suite), "--methods", "strict", "-n", "6", "--device", "cpu",
+                 "--target", str(tiny_dir), "--out", str(out)])
+    assert code == 0
+    records = {(r["sample_id"], r["method"]): r for r in
+               (json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines())}
+    assert len(records[("conv", "vanilla")]["turns"]) == 2
+    assert records[("single", "vanilla")]["turns"] is None
+    assert records[("conv", "strict")]["token_ids"] == records[("conv", "vanilla")]["token_ids"]
+    assert records[("single", "strict")]["task_score"] is not None  # ROUGE-L against the reference

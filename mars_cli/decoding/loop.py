@@ -129,6 +129,7 @@ def decode(
         clock.lap("other")
         stats.round_ends.append((clock.elapsed(), produced))
         yield emitted
+        clock.exclude()  # what the caller does with a chunk (printing, say) is not decoding time
         if reason is not None or produced >= budget:
             stats.finish_reason = reason or "length"
             break

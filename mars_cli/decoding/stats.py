@@ -38,6 +38,12 @@ class PhaseClock:
         self.totals[phase] += now - self._mark
         self._mark = now
 
+    def exclude(self) -> None:
+        """Leave out the time since the last lap (the consumer's, between rounds) entirely."""
+        now = time.perf_counter()
+        self.start += now - self._mark
+        self._mark = now
+
     def elapsed(self) -> float:
         return self._mark - self.start
 

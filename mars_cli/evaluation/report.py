@@ -38,10 +38,13 @@ def write_atomic(path: Path, text: str) -> None:
 def markdown(results: dict) -> str:
     lines = [f"# mars eval: {', '.join(results['suites'])}", "",
              f"`{results['command']}`", "",
-             f"target `{results['config']['target']}`, draft `{results['config']['draft']}`, "
+             f"target `{results['config']['target']}`, draft `{results['config']['draft']}` (vanilla: none), "
              f"k = {results['config']['num_draft']}, max {results['config']['max_new_tokens']} new tokens, "
              f"temperature {results['config']['temperature']}, {results['config']['threads']} threads, "
              f"torch {results['config']['torch_version']}, repeats {results['repeats']}.", "",
+             *[f"- `{name}`: threshold {spec['threshold']:g} ({spec['threshold_source']})"
+               for name, spec in results["methods"].items() if "threshold" in spec and "threshold_source" in spec],
+             "",
              "Speedup is tokens/s against `vanilla` (plain decoding) measured in the same run, interleaved per "
              "sample. Agreement compares each output with vanilla's for the same sample (token level and ROUGE-L "
              "over tokens); logprob is the target's mean log-probability of the generated tokens; task is the "
