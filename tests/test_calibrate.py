@@ -210,12 +210,15 @@ def test_calibrate_refuses_unwritable_out_before_sampling(capsys, tmp_path, tiny
 
 
 @pytest.mark.embedded
-@pytest.mark.parametrize("name", ["smollm2-135m"])
-def test_shipped_profile_loads_and_is_used(capsys, name, smollm2):
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_shipped_profile_loads_and_is_used(capsys, name):
+    from mars_cli.models import load_model
+
     shipped = profiles.SHIPPED_DIR / f"{name}.yaml"
     profile = profiles.load(shipped)
-    assert profile.fingerprint == smollm2.fingerprint
-    code = main(["generate", "What is 2+2?", "--verify", "mars", "--draft", "ngram", "-n", "8", "--json"])
+    assert profile.fingerprint == load_model(name, device="cpu").fingerprint
+    code = main(["generate", "What is 2+2?", "--target", name, "--verify", "mars", "--draft", "ngram", "-n", "8",
+                 "--json"])
     config = json.loads(capsys.readouterr().out)["config"]
     assert code == 0 and config["threshold_source"] == str(shipped)
     assert config["threshold"] == pytest.approx(profile.threshold("logit-ratio"))

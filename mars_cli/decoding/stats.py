@@ -103,6 +103,7 @@ class DecodeStats:
                 a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)
             ],
             "low_margin_share": self.low_margin / self.examined if self.examined else 0.0,
+            "margins": [round(m, 5) for m in self.margins],  # MARS: margins of the examined positions
             "mean_logprob": self.sum_logprob / self.new_tokens if self.new_tokens else 0.0,
             "accepted_length_histogram": {str(k): v for k, v in sorted(self.accepted_per_round.items())},
             "time_s": dict(self.phase_s),
