@@ -168,12 +168,16 @@ def split_prompts(count: int) -> tuple[list[int], list[int]]:
 
 # --------------------------------------------------------------------------- collection
 def collect(session, prompts: list[str], indices: list[int], positions: int, seed: int,
-            advance: Callable[[int], None]) -> MarginSample:
-    """Sample continuations, cycling through `indices` (a new seed each pass) until `positions`
-    generated positions are collected. Each prompt's positions form one group."""
-    sample = MarginSample()
+            advance: Callable[[int], None], sample: MarginSample | None = None,
+            checkpoint: Callable[[MarginSample], None] | None = None) -> MarginSample:
+    """Sample continuations, cycling through `indices` (seed + call number each), until
+    `positions` generated positions are collected; each continuation is one group. Passing a
+    partial `sample` resumes exactly where it stopped (the call number is its group count);
+    `checkpoint` is called after every continuation so an interrupted run loses at most one."""
+    sample = sample if sample is not None else MarginSample()
     encoded = {i: session.encode(prompts[i]) for i in indices}
-    call = 0
+    call = len(sample.z1)
+    advance(len(sample))
     while len(sample) < positions:
         index = indices[call % len(indices)]
         z1_rows: list[torch.Tensor] = []
@@ -186,12 +190,43 @@ def collect(session, prompts: list[str], indices: list[int], positions: int, see
 
         session.run(encoded[index], observe=observe, seed=seed + call)
         call += 1
-        if z1_rows:
-            room = positions - len(sample)
-            z1, z2 = torch.cat(z1_rows)[:room], torch.cat(z2_rows)[:room]
-            sample.add(z1, z2)
-            advance(z1.numel())
+        room = positions - len(sample)
+        z1 = torch.cat(z1_rows)[:room] if z1_rows else torch.empty(0)
+        z2 = torch.cat(z2_rows)[:room] if z2_rows else torch.empty(0)
+        sample.add(z1, z2)  # an empty group keeps the call count (and so the seeds) in step
+        advance(z1.numel())
+        if checkpoint is not None:
+            checkpoint(sample)
     return sample
+
+
+def save_partial(path: Path, signature: dict, fit_sample: MarginSample, held_sample: MarginSample | None) -> None:
+    """Collected logits so far, written atomically next to the profile."""
+    from .evaluation.report import write_atomic
+
+    def dump(sample: MarginSample | None) -> list | None:
+        return None if sample is None else [[a.tolist(), b.tolist()] for a, b in zip(sample.z1, sample.z2)]
+
+    write_atomic(path, json.dumps({"signature": signature, "fit": dump(fit_sample), "held": dump(held_sample)}))
+
+
+def load_partial(path: Path, signature: dict) -> tuple[MarginSample, MarginSample | None]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise UserError(f"nothing to resume: {path} is missing or unreadable") from None
+    if data.get("signature") != json.loads(json.dumps(signature)):
+        raise UserError(f"--resume: the options differ from the interrupted run in {path}")
+
+    def load(groups: list | None) -> MarginSample | None:
+        if groups is None:
+            return None
+        sample = MarginSample()
+        for z1, z2 in groups:
+            sample.add(torch.tensor(z1, dtype=torch.float32), torch.tensor(z2, dtype=torch.float32))
+        return sample
+
+    return load(data["fit"]) or MarginSample(), load(data["held"])
 
 
 # --------------------------------------------------------------------------- the profile

@@ -74,6 +74,9 @@ DeviceMap = Annotated[Optional[str], typer.Option(
 TrustRemoteCode = Annotated[bool, typer.Option(
     "--trust-remote-code", rich_help_panel=MODEL,
     help="Allow a model repository's own Python code to run. Off unless you ask.")]
+AllowPickle = Annotated[bool, typer.Option(
+    "--allow-pickle", rich_help_panel=MODEL,
+    help="Allow pickle checkpoints (.bin/.pt), which can run code when loaded. Safetensors otherwise.")]
 
 
 def _options(**values: object) -> DecodingOptions:
@@ -118,13 +121,14 @@ def generate(
     dtype: Dtype = "auto",
     device_map: DeviceMap = None,
     trust_remote_code: TrustRemoteCode = False,
+    allow_pickle: AllowPickle = False,
 ) -> None:
     """Generate a continuation of PROMPT, streaming the text as it is decoded."""
     options = _options(
         target=target, draft=draft, verify=verify, threshold=threshold, margin=margin, profile=profile,
         num_draft=num_draft, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
         top_k=top_k, seed=seed, device=device, dtype=dtype, device_map=device_map,
-        trust_remote_code=trust_remote_code, raw=raw, stop=tuple(stop or ()), force=force,
+        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, raw=raw, stop=tuple(stop or ()), force=force,
     )
     options.validate()
     text = read_prompt(prompt)
@@ -200,9 +204,12 @@ def calibrate(
     out_path: Annotated[Optional[Path], typer.Option(
         "--out", help="Where to write the YAML profile (default: the user profile directory).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile as JSON instead of a table.")] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue an interrupted calibration with the same options and --out.")] = False,
     device: Device = "auto",
     dtype: Dtype = "auto",
     trust_remote_code: TrustRemoteCode = False,
+    allow_pickle: AllowPickle = False,
 ) -> None:
     """Estimate per-model MARS thresholds from sampled logits and write a YAML profile."""
     from . import calibrate as cal
@@ -215,24 +222,31 @@ def calibrate(
     require(held >= 10, f"--held-out-samples must be at least 10, got {held}")
     prompt_texts, prompt_name, prompt_hash = cal.load_prompts(prompts)
     options = _options(target=target, max_new_tokens=max_new_tokens, temperature=temperature, device=device,
-                       dtype=dtype, trust_remote_code=trust_remote_code)
+                       dtype=dtype, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
     destination = out_path or user_profile_dir() / f"{Path(target).name.removesuffix('.gguf')}.yaml"
     _check_writable(destination)
+    partial = destination.with_name(destination.name + ".partial.json")
+    signature = {"target": target, "prompts": prompt_hash, "temperature": temperature, "samples": samples,
+                 "held": held, "max_new_tokens": max_new_tokens, "seed": seed}
+    fit_sample, held_sample = cal.load_partial(partial, signature) if resume else (cal.MarginSample(), None)
     session = Session(options)
     session.target.fingerprint  # computed now: a model that cannot be fingerprinted fails before sampling
     fit_ids, held_ids = cal.split_prompts(len(prompt_texts))
     with _progress() as progress:
         task = progress.add_task("sampling (fit)", total=samples)
         fit_sample = cal.collect(session, prompt_texts, fit_ids, samples, seed,
-                                 lambda n: progress.advance(task, n))
+                                 lambda n: progress.advance(task, n), fit_sample,
+                                 lambda s: cal.save_partial(partial, signature, s, None))
         task = progress.add_task("sampling (held out)", total=held)
         held_sample = cal.collect(session, prompt_texts, held_ids, held, seed + 100_000,
-                                  lambda n: progress.advance(task, n))
-    command = _reproduce_command("calibrate")
+                                  lambda n: progress.advance(task, n), held_sample,
+                                  lambda s: cal.save_partial(partial, signature, fit_sample, s))
+    command = _reproduce_command("calibrate").replace(" --resume", "")
     data = cal.build_profile(session, fit_sample, held_sample, goal, temperature,
                              {"name": prompt_name, "sha256": prompt_hash, "prompts": len(prompt_texts)},
                              command, seed)
     written = profiles.save(data, destination)
+    partial.unlink(missing_ok=True)
     if as_json:
         sys.stdout.write(json.dumps({"profile": str(written), **data}) + "\n")
         return
@@ -269,6 +283,7 @@ def profile_command(
     dtype: Dtype = "auto",
     device_map: DeviceMap = None,
     trust_remote_code: TrustRemoteCode = False,
+    allow_pickle: AllowPickle = False,
 ) -> None:
     """Show where decoding time goes: time split, acceptance, margins, draft-length sweep."""
     from .profiling import DEFAULT_PROMPT, parse_range, plot_report, run_profile
@@ -278,7 +293,7 @@ def profile_command(
         target=target, draft=draft, verify=verify, threshold=threshold, margin=margin, profile=profile,
         num_draft=num_draft, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
         top_k=top_k, seed=seed, device=device, dtype=dtype, device_map=device_map,
-        trust_remote_code=trust_remote_code, raw=raw,
+        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, raw=raw,
     )
     options.validate()
     sweep = parse_range(sweep_num_draft) if sweep_num_draft else None
@@ -339,6 +354,7 @@ def eval_command(
     dtype: Dtype = "auto",
     device_map: DeviceMap = None,
     trust_remote_code: TrustRemoteCode = False,
+    allow_pickle: AllowPickle = False,
 ) -> None:
     """Compare decoding methods for speed and quality on benchmark suites; gate CI jobs on it."""
     from .evaluation import report as reporting
@@ -350,6 +366,7 @@ def eval_command(
         target=target, draft=draft, threshold=threshold, margin=margin, profile=profile, num_draft=num_draft,
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
         device=device, dtype=dtype, device_map=device_map, trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
     )
     options.validate()
     require(repeats >= 1, f"--repeats must be at least 1, got {repeats}")
@@ -368,7 +385,7 @@ def eval_command(
                  "options": {k: v for k, v in options.__dict__.items() if k not in ("device", "device_map")}}
     log_path = ev.prepare_out_dir(out_dir, resume, signature)
 
-    target_model = load_model(target, device, dtype, device_map, trust_remote_code)
+    target_model = load_model(target, device, dtype, device_map, trust_remote_code, allow_pickle)
     sessions = ev.build_sessions(options, method_list, target_model)
     log = ev.SampleLog(log_path)
     total = sum(len(s.samples) for s in suites) * len(method_list)
@@ -461,8 +478,12 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args
     command = typer.main.get_command(app)
     try:
+        # typer turns Ctrl-C into Exit(130) and, in this mode, returns an Exit's code
         result = command.main(args=args, prog_name="mars", standalone_mode=False)
-        return result if isinstance(result, int) else 0
+        code = result if isinstance(result, int) else 0
+        if code == 130:
+            err.print("interrupted")
+        return code
     except typer.Exit as exc:
         return exc.exit_code
     except typer.TyperException as exc:  # usage errors: click's own message, exit code 2

@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -141,6 +142,7 @@ def _convert_gguf(gguf_path: Path, digest: str, entry: Path) -> None:
     """Dequantise into a temporary sibling directory, then rename: never a half-written entry."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    _check_gguf(gguf_path)
     entry.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=entry.name + ".tmp-", dir=entry.parent))
     try:
@@ -162,6 +164,17 @@ def _convert_gguf(gguf_path: Path, digest: str, entry: Path) -> None:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _check_gguf(path: Path) -> None:
+    """Parse the header and tensor table before the (slow) conversion: an empty, truncated or
+    foreign file fails here with one clear line."""
+    from gguf import GGUFReader
+
+    try:
+        GGUFReader(path)
+    except Exception as exc:  # the reader raises ValueError, struct errors, IndexError...
+        raise UserError(f"cannot load model {str(path)!r}: not a valid GGUF file ({exc})") from None
 
 
 class _quiet_loading:
@@ -276,14 +289,30 @@ def resolve_spec(spec: str) -> tuple[Path | str, str | None]:
     return spec, None
 
 
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+def check_weight_format(directory: Path, allow_pickle: bool) -> None:
+    """Prefer safetensors; a pickle-only checkpoint (which can run code when loaded) needs
+    an explicit --allow-pickle."""
+    names = [entry.name for entry in directory.iterdir()]
+    has_safetensors = any(name.endswith(".safetensors") for name in names)
+    pickles = [name for name in names if name.endswith(PICKLE_SUFFIXES)]
+    if not has_safetensors and pickles and not allow_pickle:
+        raise UserError(f"{directory} has only pickle weights ({pickles[0]}), which can run code when "
+                        "loaded: pass --allow-pickle if you trust them")
+
+
 def load_model(
     spec: str,
     device: str = "auto",
     dtype: str = "auto",
     device_map: str | None = None,
     trust_remote_code: bool = False,
+    allow_pickle: bool = False,
 ) -> LoadedModel:
     """Load a spec onto a device (or across devices with `device_map="auto"`)."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_device = resolve_device(device)
@@ -293,8 +322,12 @@ def load_model(
         print("mars: warning: --trust-remote-code runs Python code shipped with the model",
               file=sys.stderr)
     kwargs: dict[str, object] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if not allow_pickle:
+        kwargs["use_safetensors"] = True
     if isinstance(location, Path):
         kwargs["local_files_only"] = True
+        if gguf_name is None:
+            check_weight_format(location, allow_pickle)
     if device_map is not None:
         kwargs["device_map"] = device_map
     try:
@@ -307,7 +340,7 @@ def load_model(
             model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     except UserError:
         raise
-    except (OSError, ValueError, KeyError, RuntimeError, EOFError) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError, EOFError, SafetensorError, pickle.UnpicklingError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot load model {spec!r}: {first_line}") from exc
     if device_map is None:

@@ -43,6 +43,7 @@ class DecodingOptions:
     dtype: str = "auto"
     device_map: str | None = None
     trust_remote_code: bool = False
+    allow_pickle: bool = False
     raw: bool = False
     stop: tuple[str, ...] = ()
     ngram_max: int = 3
@@ -110,8 +111,12 @@ class Session:
         options.validate()
         self.options = options
         self.target = target or load_model(
-            options.target, options.device, options.dtype, options.device_map, options.trust_remote_code
+            options.target, options.device, options.dtype, options.device_map, options.trust_remote_code,
+            options.allow_pickle,
         )
+        window = self.target.context_window
+        require(window is None or options.max_new_tokens < window,
+                f"--max-new-tokens {options.max_new_tokens} is beyond the model's context window ({window})")
         self.threshold = resolve_threshold(options, self.target)
         self.verifier = Verifier(
             rule=options.verify,  # type: ignore[arg-type]
@@ -128,7 +133,8 @@ class Session:
             return NoDrafter(self.target.device)
         if spec == "ngram":
             return NgramDrafter(self.target.device, self.options.ngram_max, self.options.ngram_min)
-        draft = load_model(spec, self.options.device, self.options.dtype, None, self.options.trust_remote_code)
+        draft = load_model(spec, self.options.device, self.options.dtype, None, self.options.trust_remote_code,
+                           self.options.allow_pickle)
         check_same_vocabulary(self.target, draft)
         self.draft_model = draft
         seed = None if self.options.seed is None else self.options.seed + 1

@@ -248,3 +248,35 @@ def test_sampling_rules_emit_only_tokens_the_target_allows(case, theta, seed, sa
         assert torch.isfinite(processed[verdict.accepted, verdict.next_token])
         for position in range(verdict.accepted):
             assert torch.isfinite(processed[position, drafts[position]])
+
+
+extreme_logits = st.one_of(
+    st.floats(min_value=-1e30, max_value=1e30, allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, -0.0, 1e-30, -1e-30, 3.0e38, -3.0e38, NEG_INF]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 6), st.integers(0, 4), st.data(), st.booleans(),
+       st.sampled_from(["strict", "mars"]), st.sampled_from(["logit-ratio", "prob-ratio"]),
+       st.sampled_from([SamplingParams(0.0), SamplingParams(1.0), SamplingParams(0.3, top_k=2),
+                        SamplingParams(2.0, top_p=0.5)]))
+def test_fuzz_rules_never_emit_garbage(vocab, k, data, inject_nan, rule, measure, sampling):
+    """Any logits at all: either a verdict that only emits tokens the target allows, or, when a
+    row is NaN or fully masked, a FloatingPointError, never a silently wrong token."""
+    values = data.draw(st.lists(extreme_logits, min_size=(k + 1) * vocab, max_size=(k + 1) * vocab))
+    logits = torch.tensor(values, dtype=torch.float32).reshape(k + 1, vocab)
+    if inject_nan:
+        logits[data.draw(st.integers(0, k)), data.draw(st.integers(0, vocab - 1))] = float("nan")
+    drafts = torch.tensor(data.draw(st.lists(st.integers(0, vocab - 1), min_size=k, max_size=k)), dtype=torch.long)
+    verifier = Verifier(rule, 0.5, measure, sampling)  # type: ignore[arg-type]
+    processed = process_logits(logits, sampling)
+    broken = bool(torch.isnan(processed).any()) or not bool(torch.isfinite(processed.max(-1).values).all())
+    try:
+        verdict = verifier.verify(logits, drafts, None, torch.Generator().manual_seed(0))
+    except FloatingPointError:
+        assert broken
+        return
+    assert not broken
+    assert 0 <= verdict.accepted <= k and 0 <= verdict.next_token < vocab
+    assert torch.isfinite(processed[verdict.accepted, verdict.next_token]) or sampling.greedy

@@ -29,6 +29,7 @@ class DecodeSettings:
     stop_strings: tuple[str, ...] = ()
     record_margins: bool = True
     time_phases: bool = True  # per-phase laps; off only to measure their own cost
+    ignore_eos: bool = False  # keep going past EOS (soak tests and fixed-length benchmarks)
 
 
 def make_generator(device: torch.device, seed: int | None) -> torch.Generator:
@@ -63,7 +64,7 @@ def decode(
     history = torch.empty(prompt.numel() + budget, dtype=torch.long)  # CPU copy for drafters
     history[: prompt.numel()] = prompt
     length = prompt.numel()
-    eos = target.eos_token_ids
+    eos = set() if settings.ignore_eos else target.eos_token_ids
     stop_checker = _StopStrings(target.tokenizer, settings.stop_strings, length)
     stats.prompt_tokens = length
 
