@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
-import shutil
 
 import pytest
 import torch

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -34,12 +34,9 @@ class KVCache:
     def __len__(self) -> int:
         return int(self.cache.get_seq_length())
 
-    def forward(self, input_ids: torch.Tensor, output_hidden_states: bool = False):
+    def forward(self, input_ids: torch.Tensor):
         """Run `input_ids` (shape [1, n]) after the cached prefix; returns the model output."""
-        kwargs = {self.keyword: self.cache, "use_cache": True}
-        if output_hidden_states:
-            kwargs["output_hidden_states"] = True
-        return self.model(input_ids=input_ids, **kwargs)
+        return self.model(input_ids=input_ids, **{self.keyword: self.cache, "use_cache": True})
 
     def truncate(self, length: int) -> None:
         """Keep only the first `length` positions."""
