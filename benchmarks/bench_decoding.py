@@ -94,6 +94,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--no-sweep", action="store_true", help="skip the num-draft sweep")
     parser.add_argument("--prompts", default=",".join(PROMPTS), help="comma-separated prompt names")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated method names to run (plain, hf-plain and ngram-strict always run)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/decoding.json"))
     args = parser.parse_args()
 
@@ -101,6 +103,9 @@ def main() -> None:
     target = load_model(args.target, device="cpu")
     base = DecodingOptions(target=args.target, max_new_tokens=args.max_new_tokens, num_draft=args.num_draft)
     listed = methods(args.num_draft, not args.no_sweep)
+    if args.only:
+        keep = {"plain", "hf-plain", "ngram-strict", *args.only.split(",")}
+        listed = [m for m in listed if m.name in keep]
     sessions = {m.name: Session(DecodingOptions(**{**base.__dict__, **m.options}), target=target)
                 for m in listed if m.kind == "ours"}
     thresholds = {name: {"value": s.threshold.value, "source": s.threshold.source}

@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -186,3 +187,16 @@ def test_calibrate_resume_gives_the_same_profile(capsys, tmp_path, tiny_dir, mon
     assert not (tmp_path / "resumed.yaml.partial.json").exists()
     whole, resumed = profiles.load(tmp_path / "whole.yaml").data, profiles.load(out).data
     assert resumed["thresholds"] == whole["thresholds"] and resumed["quantiles"] == whole["quantiles"]
+
+
+def test_suite_content_cannot_choose_where_files_are_written(capsys, tmp_path, tiny_dir):
+    suite = tmp_path / "evil.jsonl"
+    suite.write_text('{"id": "../../escaped", "prompt": "hi"}\n{"id": "/tmp/escaped-abs", "prompt": "yo"}\n')
+    out = tmp_path / "deep" / "run"
+    before = set(tmp_path.rglob("*"))
+    code = main(["eval", "--suite", str(suite), "--methods", "vanilla", "-n", "3", "--target", str(tiny_dir),
+                 "--out", str(out), *MODEL])
+    assert code == 0
+    created = set(tmp_path.rglob("*")) - before
+    assert created and all(out in path.parents or path in (out, out.parent) for path in created)
+    assert not (tmp_path / "escaped").exists() and not Path("/tmp/escaped-abs").exists()
