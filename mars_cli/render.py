@@ -9,7 +9,7 @@ def stats_table(stats: dict, config: dict) -> Table:
     """The `--stats` table of `mars generate`."""
     table = Table(title="decoding stats", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
-    table.add_column("value", justify="right")
+    table.add_column("value")
     rule = config["verify"]
     if rule == "mars":
         rule += f" ({config['margin']} > {config['threshold']:.3f}, from {config['threshold_source']})"
@@ -29,7 +29,7 @@ def stats_table(stats: dict, config: dict) -> Table:
         table.add_row("low-margin share", f"{stats['low_margin_share']:.1%}")
     split = stats["time_s"]
     total = sum(split.values()) or 1.0
-    table.add_row("time split", "  ".join(f"{k} {v / total:.0%}" for k, v in split.items() if v > 0))
+    table.add_row("time split", ", ".join(f"{k} {v / total:.0%}" for k, v in split.items() if v > 0))
     table.add_row("finish", stats["finish_reason"])
     return table
 
