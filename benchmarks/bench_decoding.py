@@ -24,6 +24,7 @@ import torch
 import transformers
 
 from mars_cli.evaluation.metrics import common_prefix, rouge_l, token_agreement
+from mars_cli.evaluation.runner import rss_mb
 from mars_cli.models import load_model
 from mars_cli.runner import DecodingOptions, Session
 
@@ -70,11 +71,6 @@ def methods(k: int, with_sweep: bool) -> list[Method]:
                 listed.append(Method(f"ngram-strict(k={sweep_k})", "ours",
                                      {"draft": "ngram", "verify": "strict", "num_draft": sweep_k}))
     return listed
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * 4096 / 2**20
 
 
 def run_hf(target, prompt_ids: list[int], max_new: int, extra: dict) -> tuple[list[int], float]:

@@ -31,6 +31,7 @@ import torch
 from . import __version__
 from .decoding.verifiers import MARGIN_MEASURES, margin
 from .errors import UserError
+from .paths import write_atomic
 from .profiles import SCHEMA_VERSION
 
 BUILTIN_PROMPTS = Path(__file__).parent / "data" / "calibration_prompts.jsonl"
@@ -202,8 +203,6 @@ def collect(session, prompts: list[str], indices: list[int], positions: int, see
 
 def save_partial(path: Path, signature: dict, fit_sample: MarginSample, held_sample: MarginSample | None) -> None:
     """Collected logits so far, written atomically next to the profile."""
-    from .evaluation.report import write_atomic
-
     def dump(sample: MarginSample | None) -> list | None:
         return None if sample is None else [[a.tolist(), b.tolist()] for a, b in zip(sample.z1, sample.z2)]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -79,8 +80,16 @@ AllowPickle = Annotated[bool, typer.Option(
     help="Allow pickle checkpoints (.bin/.pt), which can run code when loaded. Safetensors otherwise.")]
 
 
-def _options(**values: object) -> DecodingOptions:
-    return DecodingOptions(**values)  # type: ignore[arg-type]
+_OPTION_FIELDS = {f.name for f in dataclasses.fields(DecodingOptions)}
+
+
+def _options(parameters: dict) -> DecodingOptions:
+    """DecodingOptions from a command's parameters (its `locals()`): the shared flags have the
+    same names as the option fields, everything else is the command's own."""
+    values = {name: value for name, value in parameters.items() if name in _OPTION_FIELDS}
+    if "stop" in values:
+        values["stop"] = tuple(values["stop"] or ())
+    return DecodingOptions(**values)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -124,12 +133,7 @@ def generate(
     allow_pickle: AllowPickle = False,
 ) -> None:
     """Generate a continuation of PROMPT, streaming the text as it is decoded."""
-    options = _options(
-        target=target, draft=draft, verify=verify, threshold=threshold, margin=margin, profile=profile,
-        num_draft=num_draft, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-        top_k=top_k, seed=seed, device=device, dtype=dtype, device_map=device_map,
-        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, raw=raw, stop=tuple(stop or ()), force=force,
-    )
+    options = _options(locals())
     options.validate()
     text = read_prompt(prompt)
     session = Session(options)
@@ -212,6 +216,7 @@ def calibrate(
     allow_pickle: AllowPickle = False,
 ) -> None:
     """Estimate per-model MARS thresholds from sampled logits and write a YAML profile."""
+    options = _options(locals())
     from . import calibrate as cal
     from . import profiles
     from .paths import user_profile_dir
@@ -221,8 +226,6 @@ def calibrate(
     held = samples // 3 if held_out_samples is None else held_out_samples
     require(held >= 10, f"--held-out-samples must be at least 10, got {held}")
     prompt_texts, prompt_name, prompt_hash = cal.load_prompts(prompts)
-    options = _options(target=target, max_new_tokens=max_new_tokens, temperature=temperature, device=device,
-                       dtype=dtype, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle)
     destination = out_path or user_profile_dir() / f"{Path(target).name.removesuffix('.gguf')}.yaml"
     _check_writable(destination)
     partial = destination.with_name(destination.name + ".partial.json")
@@ -241,7 +244,7 @@ def calibrate(
         held_sample = cal.collect(session, prompt_texts, held_ids, held, seed + 100_000,
                                   lambda n: progress.advance(task, n), held_sample,
                                   lambda s: cal.save_partial(partial, signature, fit_sample, s))
-    command = _reproduce_command("calibrate").replace(" --resume", "")
+    command = _reproduce_command("calibrate")
     data = cal.build_profile(session, fit_sample, held_sample, goal, temperature,
                              {"name": prompt_name, "sha256": prompt_hash, "prompts": len(prompt_texts)},
                              command, seed)
@@ -286,15 +289,10 @@ def profile_command(
     allow_pickle: AllowPickle = False,
 ) -> None:
     """Show where decoding time goes: time split, acceptance, margins, draft-length sweep."""
+    options = _options(locals())
     from .profiling import DEFAULT_PROMPT, parse_range, plot_report, run_profile
     from .render import profile_tables
 
-    options = _options(
-        target=target, draft=draft, verify=verify, threshold=threshold, margin=margin, profile=profile,
-        num_draft=num_draft, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-        top_k=top_k, seed=seed, device=device, dtype=dtype, device_map=device_map,
-        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, raw=raw,
-    )
     options.validate()
     sweep = parse_range(sweep_num_draft) if sweep_num_draft else None
     require(bucket >= 1, f"--bucket must be at least 1, got {bucket}")
@@ -357,17 +355,12 @@ def eval_command(
     allow_pickle: AllowPickle = False,
 ) -> None:
     """Compare decoding methods for speed and quality on benchmark suites; gate CI jobs on it."""
+    options = _options(locals())
     from .evaluation import report as reporting
     from .evaluation import runner as ev
     from .evaluation.suites import BUILTIN, load_suite
     from .models import load_model
 
-    options = _options(
-        target=target, draft=draft, threshold=threshold, margin=margin, profile=profile, num_draft=num_draft,
-        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-        device=device, dtype=dtype, device_map=device_map, trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-    )
     options.validate()
     require(repeats >= 1, f"--repeats must be at least 1, got {repeats}")
     require(limit is None or limit >= 1, f"--limit must be at least 1, got {limit}")
@@ -399,7 +392,7 @@ def eval_command(
         interrupted = True
     described = sessions[next((m.name for m in method_list if m.name != "vanilla"), "vanilla")]
     results = {
-        "command": _reproduce_command("eval").replace(" --resume", ""),  # the run a resume continues
+        "command": _reproduce_command("eval"),
         "suites": [s.name for s in suites],
         "config": described.config(),  # the drafter and flags the non-vanilla methods used
         "methods": {m.name: {**m.changes, **({"threshold": sessions[m.name].threshold.value,
@@ -461,12 +454,13 @@ def _check_writable(path: Path) -> None:
 
 
 def _reproduce_command(command: str) -> str:
-    """The command line that reproduces this run (the args as given, quoted for a shell)."""
+    """The command line that reproduces this run: the args as given, quoted for a shell, less
+    `--resume` (a resumed run reproduces the run it continues)."""
     import shlex
 
     args = _invocation
     start = args.index(command) if command in args else 0
-    return "mars " + " ".join(shlex.quote(a) for a in args[start:])
+    return "mars " + " ".join(shlex.quote(a) for a in args[start:] if a != "--resume")
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -1,8 +1,9 @@
-"""Where mars-cli keeps files on the user's machine (caches and user profiles)."""
+"""Where mars-cli keeps files on the user's machine, and how it writes them."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -22,3 +23,16 @@ def user_profile_dir() -> Path:
         return Path(override).expanduser()
     base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
     return Path(base) / "mars-cli" / "profiles"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary sibling, then rename: a killed process never leaves a half-written
+    file that a later run would take for a whole one."""
+    handle, temporary = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -4,8 +4,6 @@ and lookup by model fingerprint (user directory first, then the profiles shipped
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,7 @@ import yaml
 
 from .decoding.verifiers import MARGIN_MEASURES
 from .errors import UserError
-from .paths import user_profile_dir
+from .paths import user_profile_dir, write_atomic
 
 SCHEMA_VERSION = 1
 SHIPPED_DIR = Path(__file__).parent / "profiles"
@@ -102,10 +100,7 @@ def save(profile_data: dict[str, Any], path: str | Path) -> Path:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            yaml.safe_dump(profile_data, stream, sort_keys=False, allow_unicode=True, width=100)
-        os.replace(temporary, path)
+        write_atomic(path, yaml.safe_dump(profile_data, sort_keys=False, allow_unicode=True, width=100))
     except OSError as exc:
         raise UserError(f"cannot write profile {path}: {exc.strerror or exc}") from None
     return path

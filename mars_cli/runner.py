@@ -107,7 +107,9 @@ class Result:
 class Session:
     """One loaded target (and drafter) serving many prompts with fixed options."""
 
-    def __init__(self, options: DecodingOptions, target: LoadedModel | None = None) -> None:
+    def __init__(self, options: DecodingOptions, target: LoadedModel | None = None,
+                 draft_model: LoadedModel | None = None) -> None:
+        """`target` and `draft_model` let several sessions share models already loaded."""
         options.validate()
         self.options = options
         self.target = target or load_model(
@@ -124,7 +126,7 @@ class Session:
             measure=options.margin,  # type: ignore[arg-type]
             sampling=options.sampling,
         )
-        self.draft_model: LoadedModel | None = None
+        self.draft_model: LoadedModel | None = draft_model
         self.drafter = self._build_drafter()
 
     def _build_drafter(self) -> Drafter:
@@ -133,8 +135,9 @@ class Session:
             return NoDrafter(self.target.device)
         if spec == "ngram":
             return NgramDrafter(self.target.device, self.options.ngram_max, self.options.ngram_min)
-        draft = load_model(spec, self.options.device, self.options.dtype, None, self.options.trust_remote_code,
-                           self.options.allow_pickle)
+        draft = self.draft_model if self.draft_model is not None and self.draft_model.spec == spec else load_model(
+            spec, self.options.device, self.options.dtype, None, self.options.trust_remote_code,
+            self.options.allow_pickle)
         check_same_vocabulary(self.target, draft)
         self.draft_model = draft
         seed = None if self.options.seed is None else self.options.seed + 1

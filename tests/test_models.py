@@ -22,9 +22,10 @@ def test_auto_device_and_dtype():
 
 def test_missing_accelerator_is_a_clear_error():
     if torch.cuda.is_available():
-        pytest.skip("CUDA is present")
-    with pytest.raises(UserError, match="no CUDA device"):
-        resolve_device("cuda")
+        assert resolve_device("cuda").type == "cuda"
+    else:
+        with pytest.raises(UserError, match="no CUDA device"):
+            resolve_device("cuda")
     with pytest.raises(UserError, match="expected auto"):
         resolve_device("tpu")
     with pytest.raises(UserError, match="--dtype"):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
+
+from ..paths import write_atomic
 
 COLUMNS = [
     ("method", "method", "{}"),
@@ -26,13 +27,6 @@ COLUMNS = [
 def cell(row: dict, key: str, spec: str) -> str:
     value = row.get(key)
     return "-" if value is None else spec.format(value)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        stream.write(text)
-    os.replace(temporary, path)
 
 
 def markdown(results: dict) -> str:

@@ -16,9 +16,9 @@ import torch
 
 from ..decoding.stats import DecodeStats
 from ..errors import UserError, require
+from ..paths import write_atomic
 from ..runner import DecodingOptions, Session
 from . import execution
-from .report import write_atomic
 from .metrics import chrf, exact_number, extract_code, rouge_l, token_agreement, words
 from .suites import Sample, Suite
 
@@ -103,8 +103,19 @@ class SampleLog:
 
 
 def build_sessions(base: DecodingOptions, methods: list[Method], target) -> dict[str, Session]:
-    return {m.name: Session(DecodingOptions(**{**dataclasses.asdict(base), **m.changes}), target=target)
-            for m in methods}
+    """One session per method over the same loaded target (and the same draft model)."""
+    sessions: dict[str, Session] = {}
+    draft_model = None
+    for method in methods:
+        options = DecodingOptions(**{**dataclasses.asdict(base), **method.changes})
+        sessions[method.name] = Session(options, target=target, draft_model=draft_model)
+        draft_model = draft_model or sessions[method.name].draft_model
+    return sessions
+
+
+def encode_turn(session: Session, sample: Sample, messages: list[dict]) -> list[int]:
+    """Completion prompts (HumanEval) go in raw; everything else through the chat template."""
+    return session.encode(messages[-1]["content"]) if sample.raw else session.encode_messages(messages)
 
 
 def run_sample(session: Session, sample: Sample, repeats: int) -> dict:
@@ -116,7 +127,7 @@ def run_sample(session: Session, sample: Sample, repeats: int) -> dict:
         wall = 0.0
         for turn in sample.turns:
             messages.append({"role": "user", "content": turn})
-            ids = session.encode(turn) if sample.raw else session.encode_messages(messages)
+            ids = encode_turn(session, sample, messages)
             stop = sample.stop or session.options.stop
             settings = dataclasses.replace(session.settings(), stop_strings=stop)
             result = session.run(ids, settings=settings)
@@ -200,9 +211,8 @@ def evaluate(
                 session = sessions[method.name]
                 if method.name not in warmed:  # first calls pay for allocation: keep them out of timings
                     short = dataclasses.replace(session.settings(), max_new_tokens=4)
-                    session.run(session.encode(sample.turns[0]) if sample.raw else
-                                session.encode_messages([{"role": "user", "content": sample.turns[0]}]),
-                                settings=short)
+                    first_turn = [{"role": "user", "content": sample.turns[0]}]
+                    session.run(encode_turn(session, sample, first_turn), settings=short)
                     warmed.add(method.name)
                 device = session.target.output_device
                 if device.type == "cuda":
