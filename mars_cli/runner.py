@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from .head.drafter import HeadDrafter, load_head
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from .decoding.loop import DecodeSettings, decode, make_generator
 from .decoding.sampling import SamplingParams
@@ -104,6 +105,16 @@ class Result:
     stats: DecodeStats = field(default_factory=DecodeStats)
 
 
+def encode_messages(tokenizer: object, messages: list[dict], raw: bool = False) -> list[int]:
+    """A conversation through the chat template (plain concatenation without one, or if `raw`)."""
+    if raw or not getattr(tokenizer, "chat_template", None):
+        return list(tokenizer.encode("\n".join(m["content"] for m in messages)))
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if hasattr(ids, "keys"):  # BatchEncoding in transformers 5
+        ids = ids["input_ids"]
+    return list(ids[0] if ids and isinstance(ids[0], list) else ids)
+
+
 class Session:
     """One loaded target (and drafter) serving many prompts with fixed options."""
 
@@ -135,32 +146,25 @@ class Session:
             return NoDrafter(self.target.device)
         if spec == "ngram":
             return NgramDrafter(self.target.device, self.options.ngram_max, self.options.ngram_min)
+        seed = None if self.options.seed is None else self.options.seed + 1
+        if spec == "head" or spec.startswith("head:"):
+            head = load_head(spec, self.target)
+            return HeadDrafter(head, self.target, self.options.sampling, make_generator(self.target.output_device, seed))
         draft = self.draft_model if self.draft_model is not None and self.draft_model.spec == spec else load_model(
             spec, self.options.device, self.options.dtype, None, self.options.trust_remote_code,
             self.options.allow_pickle)
         check_same_vocabulary(self.target, draft)
         self.draft_model = draft
-        seed = None if self.options.seed is None else self.options.seed + 1
         return ModelDrafter(draft, self.options.sampling, make_generator(draft.device, seed))
 
     # ------------------------------------------------------------------ prompts
     def encode(self, prompt: str) -> list[int]:
         """Apply the chat template when the model has one (unless --raw)."""
         require(prompt.strip() != "", "the prompt is empty")
-        tokenizer = self.target.tokenizer
-        if not self.options.raw and getattr(tokenizer, "chat_template", None):
-            return self.encode_messages([{"role": "user", "content": prompt}])
-        return self._fits(tokenizer.encode(prompt))
+        return self.encode_messages([{"role": "user", "content": prompt}])
 
     def encode_messages(self, messages: list[dict]) -> list[int]:
-        """A conversation through the chat template (plain concatenation without one)."""
-        tokenizer = self.target.tokenizer
-        if self.options.raw or not getattr(tokenizer, "chat_template", None):
-            return self._fits(tokenizer.encode("\n".join(m["content"] for m in messages)))
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if hasattr(ids, "keys"):  # BatchEncoding in transformers 5
-            ids = ids["input_ids"]
-        return self._fits(list(ids[0] if ids and isinstance(ids[0], list) else ids))
+        return self._fits(encode_messages(self.target.tokenizer, messages, self.options.raw))
 
     def _fits(self, ids: list[int]) -> list[int]:
         window = self.target.context_window
@@ -180,7 +184,7 @@ class Session:
         `settings` overrides the loop settings (profiling sweeps the draft length)."""
         seed = self.options.seed if seed is None else seed
         generator = make_generator(self.target.output_device, seed)
-        if seed is not None and isinstance(self.drafter, ModelDrafter):
+        if seed is not None and isinstance(self.drafter, (ModelDrafter, HeadDrafter)):
             self.drafter.generator.manual_seed(seed + 1)
         return decode(self.target, self.drafter, self.verifier, prompt_ids, settings or self.settings(),
                       generator, stats, observe)

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from mars_cli.decoding.drafters import Draft, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
+from mars_cli.decoding.drafters import Draft, Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from mars_cli.decoding.loop import DecodeSettings, decode, make_generator
 from mars_cli.decoding.sampling import SamplingParams
 from mars_cli.decoding.stats import DecodeStats
@@ -35,7 +35,7 @@ def run(target, drafter, prompt, max_new, k=4, verifier=Verifier("strict"), gene
     return tokens
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(Drafter):
     """Proposes from a fixed continuation, optionally corrupting chosen positions: lets a test
     build drafts that are always right, always wrong or partly right."""
 
@@ -49,9 +49,6 @@ class ScriptedDrafter:
 
     def reset(self) -> None:
         self.rng = random.Random(0)
-
-    def commit(self, length: int) -> None:
-        pass
 
     def propose(self, history: torch.Tensor, k: int) -> Draft:
         produced = history.shape[0] - self.prompt_len
@@ -188,6 +185,11 @@ def test_sampled_first_token_follows_target_distribution(tiny_target, tiny_draft
     for _ in range(draws):
         first = run(tiny_target, drafter, prompt, 2, k=3, verifier=verifier, generator=target_gen)[0]
         counts[first] += 1
+    assert_follows(counts, p, draws)
+
+
+def assert_follows(counts: torch.Tensor, p: torch.Tensor, draws: int) -> None:
+    """Total variation between the empirical and the exact distribution within sampling noise."""
     tv = 0.5 * (counts / draws - p).abs().sum().item()
     bound = 0.5 * torch.sqrt(p * (1 - p) / draws).sum().item()
     assert tv < 2.5 * bound + 0.01, (tv, bound)

@@ -3,12 +3,14 @@
 Protocol: `reset()` before a new sequence; `propose(history, k)` returns up to k tokens (and
 their distribution q when the drafter has one); `commit(length)` tells the drafter that only
 the first `length` tokens of the history are final, so it forgets anything cached past them.
+A drafter that reads the target's features (the draft head) sets `needs_features`; the loop
+then hands it the target's last hidden states of every position that enters the target's
+cache, from the forward passes that run anyway.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
@@ -24,17 +26,26 @@ class Draft:
     probs: torch.Tensor | None = None  # [k', V]: the drafter's q, None for one-hot drafters
 
 
-class Drafter(Protocol):
-    name: str
+class Drafter:
+    """Base class: the no-op parts of the protocol."""
 
-    def reset(self) -> None: ...
+    name = "drafter"
+    needs_features = False
 
-    def propose(self, history: torch.Tensor, k: int) -> Draft: ...
+    def reset(self) -> None:
+        pass
 
-    def commit(self, length: int) -> None: ...
+    def propose(self, history: torch.Tensor, k: int) -> Draft:
+        raise NotImplementedError
+
+    def observe_features(self, hidden: torch.Tensor) -> None:
+        """Target's last hidden states [n, H] for the next n positions of its cache."""
+
+    def commit(self, length: int) -> None:
+        pass
 
 
-class NoDrafter:
+class NoDrafter(Drafter):
     """Proposes nothing: every round is one plain autoregressive step of the target."""
 
     name = "none"
@@ -42,17 +53,11 @@ class NoDrafter:
     def __init__(self, device: torch.device) -> None:
         self._empty = Draft(torch.empty(0, dtype=torch.long, device=device))
 
-    def reset(self) -> None:
-        pass
-
     def propose(self, history: torch.Tensor, k: int) -> Draft:
         return self._empty
 
-    def commit(self, length: int) -> None:
-        pass
 
-
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """Prompt lookup: find the most recent earlier occurrence of the last n tokens (n from
     `max_ngram` down to `min_ngram`) in prompt + generated text and propose what followed it."""
 
@@ -64,12 +69,6 @@ class NgramDrafter:
         self.device = device
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-
-    def reset(self) -> None:
-        pass
-
-    def commit(self, length: int) -> None:
-        pass
 
     def propose(self, history: torch.Tensor, k: int) -> Draft:
         """`history` is the CPU token history; matching there avoids device round trips."""
@@ -105,7 +104,7 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
         )
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     """A smaller causal LM with the target's vocabulary, drafting autoregressively with its
     own KV cache, which is rolled back together with the target's."""
 

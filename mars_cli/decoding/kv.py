@@ -34,9 +34,11 @@ class KVCache:
     def __len__(self) -> int:
         return int(self.cache.get_seq_length())
 
-    def forward(self, input_ids: torch.Tensor):
-        """Run `input_ids` (shape [1, n]) after the cached prefix; returns the model output."""
-        return self.model(input_ids=input_ids, **{self.keyword: self.cache, "use_cache": True})
+    def forward(self, input_ids: torch.Tensor, hidden: bool = False):
+        """Run `input_ids` (shape [1, n]) after the cached prefix; returns the model output, with
+        `hidden_states` when asked (the last one is what the LM head reads)."""
+        extra = {"output_hidden_states": True} if hidden else {}
+        return self.model(input_ids=input_ids, **{self.keyword: self.cache, "use_cache": True}, **extra)
 
     def truncate(self, length: int) -> None:
         """Keep only the first `length` positions."""

@@ -71,8 +71,11 @@ def decode(
     clock = PhaseClock(device, settings.time_phases)
     cache = KVCache(target.model)
     drafter.reset()
+    features = drafter.needs_features
     if length > 1:
-        cache.forward(prompt[None, :-1].to(device))
+        output = cache.forward(prompt[None, :-1].to(device), hidden=features)
+        if features:
+            drafter.observe_features(output.hidden_states[-1][0])
     pending = prompt[-1:].to(device)
     clock.lap("prefill")
 
@@ -88,7 +91,8 @@ def decode(
         draft_probs = draft.probs[:k] if draft and draft.probs is not None else None
         clock.lap("draft")
 
-        logits = cache.forward(torch.cat([pending, draft_tokens])[None]).logits[0]
+        output = cache.forward(torch.cat([pending, draft_tokens])[None], hidden=features)
+        logits = output.logits[0]
         clock.lap("target")
 
         on_logits = logits.device
@@ -102,6 +106,8 @@ def decode(
         emitted = draft_tokens[:n].tolist() + [verdict.next_token]
         clock.lap("verify")
 
+        if features:  # pending and the accepted drafts stay in the target's cache
+            drafter.observe_features(output.hidden_states[-1][0, : n + 1])
         cache.truncate(length + n)
         drafter.commit(length + n)
         clock.lap("rollback")

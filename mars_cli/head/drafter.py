@@ -1,0 +1,116 @@
+"""The draft head as a drafter: `--draft head[:PATH]`.
+
+It keeps the target's features for the positions in the target's cache (handed over by the loop
+from the verification passes) and its own small cache of the pairs it has read. Each round it
+reads the new true pairs, then drafts k tokens feeding back its own predicted features; before
+the next round the drafted pairs are dropped from its cache and the true ones take their place.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from ..decoding.drafters import Draft, Drafter
+from ..decoding.sampling import SamplingParams, probabilities, process_logits, sample
+from ..errors import UserError
+from ..models import LoadedModel
+from .model import FORMAT, DraftHead, HeadCache
+
+SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads"
+
+
+def find_head(target: LoadedModel) -> Path:
+    """The shipped head trained for this target (matched by fingerprint, as profiles are)."""
+    for path in sorted(SHIPPED_HEADS.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+        if metadata.get("format") == FORMAT and json.loads(metadata["config"]).get(
+                "target_fingerprint") == target.fingerprint:
+            return path
+    raise UserError(f"no draft head ships for {target.spec}; train one with `mars train-head "
+                    f"--target {target.spec} --out FILE` and pass --draft head:FILE")
+
+
+def load_head(spec: str, target: LoadedModel) -> DraftHead:
+    """`head` (the shipped one for this target) or `head:PATH`; checked against the target."""
+    _, _, location = spec.partition(":")
+    path = Path(location).expanduser() if location else find_head(target)
+    if not path.is_file():
+        raise UserError(f"draft head file not found: {path}")
+    head = DraftHead.load(path, device=target.output_device, dtype=torch.float32)
+    config = head.config
+    width = target.model.get_output_embeddings().weight.shape[0]
+    if config.hidden_size != target.model.get_input_embeddings().weight.shape[1] or config.vocab_size != width:
+        raise UserError(f"draft head {path} was trained for {config.target or 'another model'} "
+                        f"(hidden size {config.hidden_size}, vocabulary {config.vocab_size}); "
+                        f"it cannot draft for {target.spec}")
+    if config.target_fingerprint and config.target_fingerprint != target.fingerprint:
+        raise UserError(f"draft head {path} was trained for {config.target or 'another model'} "
+                        f"(fingerprint {config.target_fingerprint[:12]}), not for {target.spec} "
+                        f"({target.fingerprint[:12]})")
+    return head.attach(target.model)
+
+
+class HeadDrafter(Drafter):
+    name = "head"
+    needs_features = True
+
+    def __init__(self, head: DraftHead, target: LoadedModel, sampling: SamplingParams,
+                 generator: torch.Generator | None) -> None:
+        self.head = head
+        self.target_device = target.device
+        self.sampling = sampling
+        self.generator = generator
+        self.vocab_size = head.config.vocab_size
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = HeadCache()
+        self.features = torch.empty(0, self.head.config.hidden_size, device=self.head.fc.weight.device)
+        self.known = 0  # target features held (= positions in the target's cache)
+        self.read = 0  # true pairs in the head's cache
+
+    def observe_features(self, hidden: torch.Tensor) -> None:
+        end = self.known + hidden.shape[0]
+        if end > self.features.shape[0]:
+            grown = torch.empty(max(2 * end, 256), self.features.shape[1], device=self.features.device)
+            grown[: self.known] = self.features[: self.known]
+            self.features = grown
+        self.features[self.known : end] = hidden.to(self.features.device, self.features.dtype)
+        self.known = end
+
+    def commit(self, length: int) -> None:
+        self.known = min(self.known, length)
+
+    def _next_token(self, feature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        scores = self.head.logits(feature)
+        if self.sampling.greedy:
+            return self.head.vocab_ids[scores.argmax()], None
+        full = scores.new_full((self.vocab_size,), float("-inf"))
+        full[self.head.vocab_ids] = scores
+        q = probabilities(process_logits(full, self.sampling))
+        return sample(q, self.generator), q
+
+    @torch.inference_mode()
+    def propose(self, history: torch.Tensor, k: int) -> Draft:
+        self.cache.truncate(self.read)  # forget last round's drafted pairs
+        if self.known == 0:  # a one-token prompt: no feature yet
+            return Draft(torch.empty(0, dtype=torch.long, device=self.target_device))
+        # pair p = (f_p, x_{p+1}) for every position the target has scored since the last round
+        tokens = history[self.read + 1 : self.known + 1].to(self.features.device)
+        feature = self.head.step(self.features[self.read : self.known], tokens, self.cache)[-1:]
+        self.read = self.known
+        drafted, rows = [], []
+        for step in range(k):
+            token, q = self._next_token(feature[0])
+            drafted.append(token)
+            if q is not None:
+                rows.append(q)
+            if step + 1 < k:
+                feature = self.head.step(feature, token.reshape(1), self.cache)
+        probs = torch.stack(rows).to(self.target_device) if rows else None
+        return Draft(torch.stack(drafted).to(self.target_device), probs)

@@ -1,0 +1,248 @@
+"""An EAGLE-style draft head: one decoder layer that reads the target's features.
+
+At position p the head reads the pair (f_p, x_{p+1}): the target's last hidden state at p and
+the embedding of the token that followed. It predicts f_{p+1}; the target's own LM head, cut to
+a frequency-ranked subset of the vocabulary, turns that into the next token. While drafting it
+feeds its own predicted feature back with the token it just drafted.
+
+Only the small trainable part is saved (fc, one decoder layer, norms: about 4.6M parameters for
+SmolLM2-135M). The embeddings and LM-head rows are borrowed, frozen, from the target at load time.
+
+The file is safetensors: fp16 weights, the subset's token ids, and a JSON `config` entry in the
+metadata (shape, which target it was trained for, the training recipe).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import UserError
+
+FORMAT = "mars-draft-head/1"
+
+
+@dataclass
+class HeadConfig:
+    hidden_size: int
+    num_heads: int
+    intermediate_size: int
+    vocab_size: int  # the target's full vocabulary
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-5
+    target: str = ""  # the target's spec when trained
+    target_fingerprint: str = ""
+    recipe: dict = field(default_factory=dict)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @classmethod
+    def for_target(cls, model: nn.Module, **extra) -> "HeadConfig":
+        config = getattr(model.config, "text_config", model.config)
+        hidden = int(config.hidden_size)
+        head_dim = int(getattr(config, "head_dim", None) or 64)
+        num_heads = max(1, hidden // head_dim) if hidden % head_dim == 0 else 1
+        rope = getattr(config, "rope_parameters", None) or {}
+        theta = float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)) if isinstance(rope, dict)
+                      else getattr(config, "rope_theta", 10000.0))
+        width = model.get_output_embeddings().weight.shape[0]
+        return cls(hidden_size=hidden, num_heads=num_heads,
+                   intermediate_size=int(getattr(config, "intermediate_size", 4 * hidden)),
+                   vocab_size=int(width), rope_theta=theta,
+                   rms_eps=float(getattr(config, "rms_norm_eps", 1e-5)), **extra)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    inverse = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    angles = positions.float()[:, None] * inverse[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class HeadCache:
+    """Keys and values of the pairs the head has read, [heads, T, head_dim]; rolled back by slicing."""
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[1]
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys is None:
+            self.keys, self.values = keys, values
+        else:
+            self.keys = torch.cat([self.keys, keys], dim=1)
+            self.values = torch.cat([self.values, values], dim=1)
+        return self.keys, self.values
+
+    def truncate(self, length: int) -> None:
+        if self.keys is not None and self.keys.shape[1] > length:
+            self.keys = self.keys[:, :length]
+            self.values = self.values[:, :length]
+
+
+class DraftHead(nn.Module):
+    def __init__(self, config: HeadConfig, vocab_ids: torch.Tensor) -> None:
+        super().__init__()
+        self.config = config
+        h, inner = config.hidden_size, config.intermediate_size
+        self.fc = nn.Linear(2 * h, h, bias=False)
+        self.attn_norm = RMSNorm(h, config.rms_eps)
+        self.q_proj = nn.Linear(h, h, bias=False)
+        self.k_proj = nn.Linear(h, h, bias=False)
+        self.v_proj = nn.Linear(h, h, bias=False)
+        self.o_proj = nn.Linear(h, h, bias=False)
+        self.mlp_norm = RMSNorm(h, config.rms_eps)
+        self.gate_proj = nn.Linear(h, inner, bias=False)
+        self.up_proj = nn.Linear(h, inner, bias=False)
+        self.down_proj = nn.Linear(inner, h, bias=False)
+        self.final_norm = RMSNorm(h, config.rms_eps)
+        self.register_buffer("vocab_ids", vocab_ids.to(torch.long), persistent=True)
+        # borrowed from the target by attach(); never trained, never saved
+        self.embed: nn.Module | None = None
+        self.lm_rows: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ target coupling
+    def attach(self, target_model: nn.Module) -> "DraftHead":
+        """Borrow the target's input embeddings and the subset's rows of its LM head."""
+        # plain attribute, not a submodule: the target's embeddings are neither trained nor saved
+        object.__setattr__(self, "embed", target_model.get_input_embeddings())
+        weight = target_model.get_output_embeddings().weight
+        self.lm_rows = weight.detach()[self.vocab_ids.to(weight.device)].to(self.fc.weight.device, self.fc.weight.dtype)
+        return self
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Scores over the subset [..., S]; `vocab_ids` maps an index back to a token id."""
+        return features @ self.lm_rows.T
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed(tokens.to(self.embed.weight.device)).to(self.fc.weight.device, self.fc.weight.dtype)
+
+    # ------------------------------------------------------------------ the layer
+    def _project(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor):
+        """Pairs -> (residual stream, q, k, v) with RoPE at `positions`. Shapes [..., T, *]."""
+        x = self.fc(torch.cat([self.embed_tokens(tokens), features.to(self.fc.weight.dtype)], dim=-1))
+        normed = self.attn_norm(x)
+        shape = normed.shape[:-1] + (self.config.num_heads, self.config.head_dim)
+        q, k, v = (proj(normed).view(shape).transpose(-3, -2) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        cos, sin = rope_tables(positions, self.config.head_dim, self.config.rope_theta)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        return x, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def _finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """Attention output [..., heads, T, d] -> predicted feature [..., T, H]."""
+        x = x + self.o_proj(attended.transpose(-3, -2).flatten(-2))
+        normed = self.mlp_norm(x)
+        x = x + self.down_proj(F.silu(self.gate_proj(normed)) * self.up_proj(normed))
+        return self.final_norm(x)
+
+    # ------------------------------------------------------------------ drafting
+    def step(self, features: torch.Tensor, tokens: torch.Tensor, cache: HeadCache) -> torch.Tensor:
+        """Read n new pairs ([n, H] features, [n] tokens) after the cached ones; returns the
+        predicted next features [n, H]."""
+        start = len(cache)
+        positions = torch.arange(start, start + tokens.shape[0], device=self.fc.weight.device)
+        x, q, k, v = self._project(features, tokens, positions)
+        keys, values = cache.append(k, v)
+        n = tokens.shape[0]
+        mask = None
+        if n > 1:  # new pairs see the cache and the new pairs before them
+            mask = torch.ones(n, keys.shape[1], dtype=torch.bool, device=q.device).tril(keys.shape[1] - n)
+        attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        return self._finish(x, attended)
+
+    # ------------------------------------------------------------------ training
+    def unrolled(self, features: torch.Tensor, tokens: torch.Tensor, depth: int) -> list[torch.Tensor]:
+        """Teacher-forced pairs for a batch ([B, T, H] true features, [B, T] next tokens), then
+        `depth - 1` more passes in which each position reads the head's own previous prediction.
+
+        Pass d at position i reproduces draft step d exactly: it reads (o_{d-1}[i-1], x_{i+1})
+        and attends to the true pairs up to i-d+1 plus its own chain of predicted pairs at
+        i-d+2 .. i (one per earlier pass), as the cache holds them while drafting. Returns the
+        predicted features of each pass, [B, T, H]; pass d is meaningful from i = d-1 on.
+        """
+        steps = features.shape[1]
+        positions = torch.arange(steps, device=features.device)
+        x, q, k, v = self._project(features, tokens, positions)
+        outputs = [self._finish(x, F.scaled_dot_product_attention(q, k, v, is_causal=True))]
+        chain_keys, chain_values = [], []  # per pass >= 2: that pass's keys/values
+        scale = 1.0 / math.sqrt(self.config.head_dim)
+        for d in range(2, depth + 1):
+            previous = F.pad(outputs[-1][:, :-1], (0, 0, 1, 0))  # o_{d-1}[i-1] at position i
+            x_d, q_d, k_d, v_d = self._project(previous, tokens, positions)
+            chain_keys.append(k_d)
+            chain_values.append(v_d)
+            true_scores = (q_d @ k.transpose(-1, -2)) * scale  # [B, heads, T, T]
+            allowed = torch.ones(steps, steps, dtype=torch.bool, device=q.device).tril(-(d - 1))
+            true_scores = true_scores.masked_fill(~allowed, float("-inf"))
+            chain_scores, chain_vals = [], []
+            for e, (k_e, v_e) in enumerate(zip(chain_keys, chain_values), start=2):
+                shift = d - e  # pass e's pair sits `shift` positions before i
+                k_shifted = F.pad(k_e, (0, 0, shift, 0))[..., :steps, :]
+                v_shifted = F.pad(v_e, (0, 0, shift, 0))[..., :steps, :]
+                score = (q_d * k_shifted).sum(-1, keepdim=True) * scale
+                if shift:
+                    score[..., :shift, :] = float("-inf")
+                chain_scores.append(score)
+                chain_vals.append(v_shifted)
+            weights = torch.softmax(torch.cat([true_scores] + chain_scores, dim=-1), dim=-1)
+            attended = weights[..., :steps] @ v
+            for index, v_e in enumerate(chain_vals):
+                attended = attended + weights[..., steps + index : steps + index + 1] * v_e
+            outputs.append(self._finish(x_d, attended))
+        return outputs
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: Path) -> None:
+        from safetensors.torch import save_file
+
+        tensors = {name: (t.to(torch.float16) if t.is_floating_point() else t).contiguous().cpu()
+                   for name, t in self.state_dict().items()}
+        metadata = {"format": FORMAT, "config": json.dumps(asdict(self.config))}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.name + ".tmp")
+        save_file(tensors, str(temporary), metadata=metadata)
+        temporary.replace(path)
+
+    @classmethod
+    def load(cls, path: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> "DraftHead":
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                metadata = handle.metadata() or {}
+                tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+        except (OSError, SafetensorError) as exc:
+            raise UserError(f"cannot read draft head {path}: {exc}") from None
+        if metadata.get("format") != FORMAT or "config" not in metadata or "vocab_ids" not in tensors:
+            raise UserError(f"{path} is not a mars draft head ({FORMAT})")
+        config = HeadConfig(**json.loads(metadata["config"]))
+        head = cls(config, tensors["vocab_ids"])
+        head.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()})
+        return head.to(device=device, dtype=dtype).eval()

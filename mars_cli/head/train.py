@@ -1,0 +1,220 @@
+"""Training a draft head by self-distillation: `mars train-head`.
+
+The labels are the target's own: at every position the head's prediction is pulled towards the
+target's feature (smooth L1, EAGLE's regression term) and its token distribution towards the
+target's (cross-entropy against the target's softmax over the head's vocabulary subset). Each
+step also unrolls `depth` drafting steps (see DraftHead.unrolled), so the head learns to draft
+from its own predictions, as it must at positions 2..k of a round.
+
+Every tenth prompt is held out; the held-out acceptance figure at the end is measured the way
+drafting works (greedy chains of k drafts from true features), on the target's own greedy
+answers, so it predicts the acceptance of strict greedy decoding.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import require
+from ..models import LoadedModel
+from .data import Sequence
+from .model import DraftHead, HeadConfig
+
+HELD_OUT_EVERY = 10
+REGRESSION_WEIGHT = 1.0
+CLASSIFICATION_WEIGHT = 0.1
+
+
+@dataclass
+class TrainSettings:
+    epochs: int = 6
+    batch_size: int = 8
+    learning_rate: float = 1e-3
+    depth: int = 3
+    vocab: int = 8192
+    max_length: int = 512
+    num_draft: int = 4  # chain length for the held-out acceptance figure
+    seed: int = 0
+    checkpoint_every: int = 50
+
+
+@dataclass
+class HeldOut:
+    """Greedy chain acceptance on held-out answers: what strict decoding would accept."""
+
+    rounds: int = 0
+    per_position: list[float] = field(default_factory=list)  # P(draft d accepted | d-1 accepted)
+    mean_accepted: float = 0.0
+    coverage: float = 0.0  # share of answer tokens inside the head's vocabulary subset
+
+    @property
+    def tau(self) -> float:
+        return 1.0 + self.mean_accepted
+
+
+def split(sequences: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
+    held = [s for s in sequences if s.index % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
+    return [s for s in sequences if s.index % HELD_OUT_EVERY != HELD_OUT_EVERY - 1], held
+
+
+def vocabulary_subset(sequences: list[Sequence], size: int, always: set[int], vocab_size: int) -> torch.Tensor:
+    """The `size` most frequent tokens of the training text (ties by id), EOS always in."""
+    counts = Counter(token for s in sequences for token in s.ids)
+    ranked = [token for token, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+    chosen = [t for t in sorted(always) if t < vocab_size]
+    chosen += [t for t in ranked if t not in chosen]
+    return torch.tensor(chosen[: min(size, vocab_size)], dtype=torch.long)
+
+
+def make_batch(batch: list[Sequence], features: dict[int, torch.Tensor], max_length: int):
+    """Padded [B, T] tokens, [B, T, H] features, [B, T] validity, [B, T] answer mask."""
+    width = min(max_length, max(len(s.ids) for s in batch))
+    hidden = features[batch[0].index].shape[-1]
+    tokens = torch.zeros(len(batch), width, dtype=torch.long)
+    feats = torch.zeros(len(batch), width, hidden)
+    valid = torch.zeros(len(batch), width, dtype=torch.bool)
+    answer = torch.zeros(len(batch), width, dtype=torch.bool)
+    for row, sequence in enumerate(batch):
+        n = min(width, len(sequence.ids))
+        tokens[row, :n] = torch.tensor(sequence.ids[:n])
+        feats[row, :n] = features[sequence.index][:n].float()
+        valid[row, :n] = True
+        answer[row, len(sequence.prompt_ids) : n] = True
+    return tokens, feats, valid, answer
+
+
+def head_loss(head: DraftHead, tokens, feats, valid, depth: int) -> tuple[torch.Tensor, dict[str, float]]:
+    """Pairs (f_p, x_{p+1}) predict f_{p+1} and the target's distribution read from it."""
+    inputs, next_tokens, goal = feats[:, :-1], tokens[:, 1:], feats[:, 1:]
+    pair_valid = valid[:, 1:]
+    with torch.no_grad():
+        target_logp = torch.log_softmax(head.logits(goal), dim=-1)
+        target_p = target_logp.exp()
+    total = torch.zeros(())
+    parts = {}
+    for d, predicted in enumerate(head.unrolled(inputs, next_tokens, depth), start=1):
+        mask = pair_valid.clone()
+        mask[:, : d - 1] = False
+        weight = mask.float()
+        count = weight.sum().clamp(min=1.0)
+        regression = (F.smooth_l1_loss(predicted, goal, reduction="none").mean(-1) * weight).sum() / count
+        cross = (-(target_p * torch.log_softmax(head.logits(predicted), dim=-1)).sum(-1) * weight).sum() / count
+        total = total + REGRESSION_WEIGHT * regression + CLASSIFICATION_WEIGHT * cross
+        parts[f"ce{d}"] = float(cross.detach())
+    return total / depth, parts
+
+
+@torch.no_grad()
+def held_out_acceptance(head: DraftHead, sequences: list[Sequence], features: dict[int, torch.Tensor],
+                        k: int, max_length: int, batch_size: int = 8) -> HeldOut:
+    """Chains of k greedy drafts from every answer position, scored against the target's own
+    greedy answer (the data), exactly as strict greedy verification scores them."""
+    accepted_at = [0] * k
+    rounds = 0
+    covered = total_answer = 0
+    subset = set(head.vocab_ids.tolist())
+    for start in range(0, len(sequences), batch_size):
+        tokens, feats, valid, answer = make_batch(sequences[start : start + batch_size], features, max_length)
+        outputs = head.unrolled(feats[:, :-1], tokens[:, 1:], k)
+        # pass e at pair i drafts the token at position i + 2
+        drafted = [head.vocab_ids[head.logits(o).argmax(-1)] for o in outputs]  # each [B, T-1]
+        steps = tokens.shape[1]
+        for row in range(tokens.shape[0]):
+            n = int(valid[row].sum())
+            answer_start = int(answer[row].float().argmax()) if answer[row].any() else n
+            covered += sum(1 for t in tokens[row, answer_start:n].tolist() if t in subset)
+            total_answer += n - answer_start
+            # a round drafts positions L..L+k-1 after true pairs up to m = L-2
+            for m in range(max(0, answer_start - 2), n - k - 1):
+                rounds += 1
+                for e in range(1, k + 1):
+                    i = m + e - 1
+                    if i >= steps - 1 or int(drafted[e - 1][row, i]) != int(tokens[row, i + 2]):
+                        break
+                    accepted_at[e - 1] += 1
+    per_position = []
+    for d in range(k):
+        before = rounds if d == 0 else accepted_at[d - 1]
+        per_position.append(accepted_at[d] / before if before else 0.0)
+    return HeldOut(rounds=rounds, per_position=per_position,
+                   mean_accepted=sum(accepted_at) / rounds if rounds else 0.0,
+                   coverage=covered / total_answer if total_answer else 0.0)
+
+
+def learning_rate(step: int, total: int, peak: float) -> float:
+    warmup = max(1, total // 20)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _save_checkpoint(path: Path, head: DraftHead, optimizer, step: int, losses: list[float]) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    torch.save({"step": step, "head": head.state_dict(), "optimizer": optimizer.state_dict(), "losses": losses},
+               temporary)
+    os.replace(temporary, path)
+
+
+def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, torch.Tensor],
+          settings: TrainSettings, checkpoint: Path, resume: bool, recipe: dict,
+          progress: Callable[[int, int, float], None] | None = None) -> tuple[DraftHead, HeldOut, list[float]]:
+    """Train on all but the held-out prompts; returns the head (weights rounded to fp16, as they
+    are saved), its held-out acceptance and the loss of every step."""
+    require(settings.depth >= 1 and settings.epochs >= 1 and settings.batch_size >= 1,
+            "--depth, --epochs and --batch-size must be at least 1")
+    train_set, held_set = split(sequences)
+    require(len(train_set) >= 1 and len(held_set) >= 1,
+            f"training needs at least {HELD_OUT_EVERY} prompts (every {HELD_OUT_EVERY}th is held out)")
+    torch.manual_seed(settings.seed)
+    width = target.model.get_output_embeddings().weight.shape[0]
+    vocab_ids = vocabulary_subset(train_set, settings.vocab, target.eos_token_ids, width)
+    config = HeadConfig.for_target(target.model, target=target.spec, target_fingerprint=target.fingerprint,
+                                   recipe={**recipe, "settings": asdict(settings)})
+    head = DraftHead(config, vocab_ids).attach(target.model)
+    head.lm_rows = head.lm_rows.float()
+    optimizer = torch.optim.AdamW(head.parameters(), lr=settings.learning_rate, betas=(0.9, 0.95),
+                                  weight_decay=0.0)
+    steps_per_epoch = math.ceil(len(train_set) / settings.batch_size)
+    total = steps_per_epoch * settings.epochs
+    step, losses = 0, []
+    if resume and checkpoint.exists():
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        head.load_state_dict(state["head"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, losses = int(state["step"]), list(state["losses"])
+    head.train()
+    while step < total:
+        epoch, offset = divmod(step, steps_per_epoch)
+        order = list(range(len(train_set)))
+        random.Random(settings.seed * 1000 + epoch).shuffle(order)
+        picked = [train_set[i] for i in order[offset * settings.batch_size : (offset + 1) * settings.batch_size]]
+        tokens, feats, valid, _ = make_batch(picked, features, settings.max_length)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, total, settings.learning_rate)
+        loss, _ = head_loss(head, tokens, feats, valid, settings.depth)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        losses.append(float(loss))
+        if progress:
+            progress(step, total, float(loss))
+        if step % settings.checkpoint_every == 0 or step == total:
+            _save_checkpoint(checkpoint, head, optimizer, step, losses)
+    with torch.no_grad():  # what ships is fp16: measure exactly that
+        for parameter in head.parameters():
+            parameter.copy_(parameter.half().float())
+    head.eval()
+    held = held_out_acceptance(head, held_set, features, settings.num_draft, settings.max_length)
+    return head, held, losses

@@ -1,0 +1,240 @@
+"""The draft head: training/drafting equivalence, losslessness, the vocabulary subset, files,
+training, and the CLI around it. Tiny random models only; no file comes from the network."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from mars_cli.decoding.sampling import SamplingParams
+from mars_cli.decoding.verifiers import Verifier
+from mars_cli.errors import UserError
+from mars_cli.head.data import Sequence, extract_features, generate
+from mars_cli.head.drafter import HeadDrafter, load_head
+from mars_cli.head.model import DraftHead, HeadCache, HeadConfig
+from mars_cli.head.train import TrainSettings, head_loss, held_out_acceptance, make_batch, train, vocabulary_subset
+
+from .test_loop import assert_follows, hf_greedy, random_prompt, run
+
+
+def random_head(target, vocab_ids: torch.Tensor | None = None, seed: int = 0) -> DraftHead:
+    torch.manual_seed(seed)
+    width = target.model.get_output_embeddings().weight.shape[0]
+    ids = torch.arange(width) if vocab_ids is None else vocab_ids
+    config = HeadConfig.for_target(target.model, target=target.spec, target_fingerprint=target.fingerprint)
+    head = DraftHead(config, ids)
+    with torch.no_grad():  # weights a saved file reproduces exactly
+        for parameter in head.parameters():
+            parameter.copy_((parameter * 3).half().float())
+    return head.attach(target.model).eval()
+
+
+def target_features(target, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        out = target.model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    return out.hidden_states[-1][0]
+
+
+def drafts_for(head: DraftHead, target, prompt: list[int], k: int) -> list[int]:
+    drafter = HeadDrafter(head, target, SamplingParams(0.0), None)
+    drafter.reset()
+    drafter.observe_features(target_features(target, prompt[:-1]))
+    return drafter.propose(torch.tensor(prompt), k).tokens.tolist()
+
+
+def test_unrolled_training_passes_equal_incremental_drafting(tiny_target):
+    """Pass d of the training unroll at pair i must be exactly draft step d after true pairs up
+    to i-d+1: otherwise the held-out figure and the training signal describe another drafter."""
+    head = random_head(tiny_target)
+    ids = random_prompt(random.Random(3), len(tiny_target.tokenizer), 14)
+    feats = target_features(tiny_target, ids)
+    tokens = torch.tensor(ids)
+    depth = 3
+    with torch.no_grad():
+        passes = head.unrolled(feats[None, :-1], tokens[None, 1:], depth)
+        for m in range(0, len(ids) - depth - 1):
+            cache = HeadCache()
+            out = head.step(feats[: m + 1], tokens[1 : m + 2], cache)[-1:]
+            torch.testing.assert_close(out[0], passes[0][0, m], rtol=1e-3, atol=2e-4)
+            for d in range(2, depth + 1):
+                i = m + d - 1
+                out = head.step(out, tokens[i + 1 : i + 2], cache)  # teacher-forced token
+                torch.testing.assert_close(out[0], passes[d - 1][0, i], rtol=1e-3, atol=2e-4)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_strict_greedy_with_head_reproduces_target(tiny_target, seed):
+    rng = random.Random(seed)
+    vocab = len(tiny_target.tokenizer)
+    prompt = random_prompt(rng, vocab, rng.randint(1, 12))
+    max_new = rng.randint(5, 40)
+    expected = hf_greedy(tiny_target, prompt, max_new)
+    head = random_head(tiny_target, seed=seed)
+    for k in (1, 3, 6):
+        drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), None)
+        assert run(tiny_target, drafter, prompt, max_new, k) == expected, k
+
+
+def test_head_that_predicts_the_target_is_fully_accepted(tiny_target):
+    """A head whose feature prediction is the target's own next feature drafts the target's
+    greedy tokens: the loop accepts every draft (checks the feature bookkeeping end to end)."""
+    from mars_cli.decoding.stats import DecodeStats
+
+    prompt = [5, 9, 14, 20, 7]
+    expected = hf_greedy(tiny_target, prompt, 24, eos=None)
+    full = prompt + expected
+
+    class OracleHead(DraftHead):
+        def step(self, features, tokens, cache):
+            start = len(cache)
+            cache.append(torch.zeros(1, tokens.shape[0], 1), torch.zeros(1, tokens.shape[0], 1))
+            return target_features(tiny_target, full[: start + tokens.shape[0] + 1])[start + 1 :]
+
+    head = random_head(tiny_target)
+    oracle = OracleHead(head.config, head.vocab_ids).attach(tiny_target.model)
+    from .test_loop import EosTarget
+
+    stats = DecodeStats()
+    tokens = run(EosTarget(tiny_target, -1), HeadDrafter(oracle, tiny_target, SamplingParams(0.0), None),
+                 prompt, 24, 4, stats=stats)
+    assert tokens == expected
+    assert stats.accepted == stats.drafted > 0
+
+
+def test_sampling_with_head_keeps_the_target_distribution(tiny_target):
+    """Rejection sampling with the head's q: the first token's distribution is the target's."""
+    from mars_cli.decoding.loop import make_generator
+
+    prompt = [5, 9, 14, 20]
+    params = SamplingParams(1.0)
+    with torch.no_grad():
+        p = torch.softmax(tiny_target.model(input_ids=torch.tensor([prompt])).logits[0, -1].float(), -1)
+    subset = torch.arange(0, p.shape[0], 2)  # half the vocabulary: q is zero elsewhere
+    head = random_head(tiny_target, subset)
+    generator = make_generator(torch.device("cpu"), 0)
+    counts = torch.zeros_like(p)
+    trials = 1500
+    drafter = HeadDrafter(head, tiny_target, params, generator)
+    for _ in range(trials):
+        tokens = run(tiny_target, drafter, prompt, 1, 3, Verifier("strict", sampling=params), generator)
+        counts[tokens[0]] += 1
+    assert_follows(counts, p, trials)
+
+
+def test_vocabulary_subset_maps_back_exactly(tiny_target):
+    width = tiny_target.model.get_output_embeddings().weight.shape[0]
+    permuted = torch.randperm(width, generator=torch.Generator().manual_seed(0))
+    plain, shuffled = random_head(tiny_target), random_head(tiny_target, permuted)
+    feats = torch.randn(5, plain.config.hidden_size)
+    full = feats @ tiny_target.model.get_output_embeddings().weight.T
+    torch.testing.assert_close(shuffled.logits(feats), full[:, permuted])
+    prompt = [4, 8, 15, 16, 23, 42 % width]
+    assert drafts_for(plain, tiny_target, prompt, 5) == drafts_for(shuffled, tiny_target, prompt, 5)
+    # a strict subset can only ever draft its own tokens
+    small = random_head(tiny_target, permuted[:7])
+    assert set(drafts_for(small, tiny_target, prompt, 6)) <= set(permuted[:7].tolist())
+
+
+def test_vocabulary_subset_ranks_by_frequency_and_keeps_eos():
+    seqs = [Sequence(0, [5, 5, 5, 6], [7, 7, 9]), Sequence(1, [6], [5])]
+    assert vocabulary_subset(seqs, 3, {2}, 100).tolist() == [2, 5, 6]
+    assert vocabulary_subset(seqs, 10, {2}, 100).tolist() == [2, 5, 6, 7, 9]
+
+
+def test_saved_head_reloads_to_identical_drafts(tiny_target, tmp_path):
+    head = random_head(tiny_target, torch.randperm(40, generator=torch.Generator().manual_seed(1)))
+    path = tmp_path / "head.safetensors"
+    head.save(path)
+    again = load_head(f"head:{path}", tiny_target)
+    prompt = [3, 14, 15, 9, 26, 5]
+    assert drafts_for(again, tiny_target, prompt, 6) == drafts_for(head, tiny_target, prompt, 6)
+    assert torch.equal(again.vocab_ids, head.vocab_ids)
+    assert again.config == head.config
+
+
+def test_head_for_another_target_is_refused(tiny_target, tiny_draft, tmp_path):
+    path = tmp_path / "other.safetensors"
+    random_head(tiny_draft).save(path)  # same shapes, another model's fingerprint
+    with pytest.raises(UserError, match="trained for"):
+        load_head(f"head:{path}", tiny_target)
+    (tmp_path / "junk.safetensors").write_bytes(b"not a head")
+    with pytest.raises(UserError, match="cannot read draft head"):
+        load_head(f"head:{tmp_path / 'junk.safetensors'}", tiny_target)
+    with pytest.raises(UserError, match="not found"):
+        load_head(f"head:{tmp_path / 'missing.safetensors'}", tiny_target)
+    with pytest.raises(UserError, match="no draft head ships"):
+        load_head("head", tiny_target)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tiny_target, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("head-data")
+    prompts = [f"{word} {i}" for i, word in enumerate(["abc", "hello", "zz top", "a b c d", "wow", "x y", "cab"] * 4)]
+    sequences = generate(tiny_target, prompts, folder / "gen.jsonl", 24, 6)
+    return sequences, extract_features(tiny_target, sequences, folder / "feat.safetensors", 5)
+
+
+def test_generation_is_the_target_greedy_answer_and_resumes(tiny_target, tiny_data, tmp_path):
+    sequences, features = tiny_data
+    for sequence in sequences[:3]:
+        assert sequence.output_ids == hf_greedy(tiny_target, sequence.prompt_ids, 24)
+        torch.testing.assert_close(features[sequence.index].float(),
+                                   target_features(tiny_target, sequence.ids).half().float(), rtol=0, atol=2e-3)
+    # a killed run: keep two finished lines and a torn one; the rerun completes the rest
+    lines = (tmp_path / "gen.jsonl")
+    source = sequences[0]
+    import json
+
+    lines.write_text(json.dumps({"index": 1, "prompt_ids": sequences[1].prompt_ids,
+                                 "output_ids": sequences[1].output_ids}) + "\n" + '{"index": 0, "pro')
+    prompts = [f"{word} {i}" for i, word in enumerate(["abc", "hello", "zz top", "a b c d", "wow", "x y", "cab"] * 4)]
+    again = generate(tiny_target, prompts, lines, 24, 6)
+    assert [s.ids for s in again] == [s.ids for s in sequences]
+    assert again[0].ids == source.ids
+
+
+def test_training_lowers_the_loss_and_resumes(tiny_target, tiny_data, tmp_path):
+    sequences, features = tiny_data
+    settings = TrainSettings(epochs=6, batch_size=4, learning_rate=3e-3, depth=2, vocab=30, seed=0,
+                             checkpoint_every=5)
+    head, held, losses = train(tiny_target, sequences, features, settings, tmp_path / "ckpt", False, {})
+    assert len(losses) == 6 * 7  # 25 training prompts in batches of 4
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    assert len(held.per_position) == settings.num_draft and held.rounds > 0
+    assert 0.0 <= held.coverage <= 1.0
+    # resume from the last checkpoint: nothing left to do, the same weights come back
+    again, held_again, losses_again = train(tiny_target, sequences, features, settings, tmp_path / "ckpt", True, {})
+    assert losses_again == losses
+    assert all(torch.equal(a, b) for a, b in zip(head.state_dict().values(), again.state_dict().values()))
+    assert held_again == held
+
+
+def test_held_out_acceptance_of_a_perfect_drafter_is_one(tiny_target, tiny_data):
+    sequences, features = tiny_data
+
+    class Perfect(DraftHead):
+        def unrolled(self, feats, tokens, depth):  # predicts the true next feature at every pass
+            nxt = torch.cat([feats[:, 1:], feats[:, -1:]], dim=1)
+            return [nxt] * depth
+
+    head = random_head(tiny_target)
+    perfect = Perfect(head.config, head.vocab_ids).attach(tiny_target.model)
+    held = held_out_acceptance(perfect, sequences, features, 3, 512)
+    assert held.rounds > 0 and held.per_position == [1.0, 1.0, 1.0] and held.mean_accepted == 3.0
+
+
+def test_loss_batch_masks_padding(tiny_target, tiny_data):
+    sequences, features = tiny_data
+    head = random_head(tiny_target)
+    tokens, feats, valid, _ = make_batch(sequences[:2], features, 512)
+    loss_alone, _ = head_loss(head, *make_batch(sequences[:1], features, 512)[:3], 2)
+    garbage = feats.clone()
+    garbage[~valid] = 1e3  # padding must not reach the loss
+    tokens_padded = tokens.clone()
+    tokens_padded[~valid] = 7
+    loss_a, _ = head_loss(head, tokens, feats, valid, 2)
+    loss_b, _ = head_loss(head, tokens_padded, garbage, valid, 2)
+    torch.testing.assert_close(loss_a, loss_b)
+    assert torch.isfinite(loss_alone)
