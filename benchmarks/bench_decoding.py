@@ -65,6 +65,9 @@ def methods(k: int, with_sweep: bool) -> list[Method]:
             label = "profile" if theta is None else theta
             listed.append(Method(f"ngram-mars({measure}>{label})", "ours",
                                  {"draft": "ngram", "verify": "mars", "margin": measure, "threshold": theta}))
+    # the trained draft head shipped for the target (mars_cli/heads), strict and at the profile threshold
+    listed.append(Method("head-strict", "ours", {"draft": "head", "verify": "strict"}))
+    listed.append(Method("head-mars(logit-ratio>profile)", "ours", {"draft": "head", "verify": "mars"}))
     if with_sweep:
         for sweep_k in (2, 3, 6, 8):
             if sweep_k != k:

@@ -137,9 +137,10 @@ def bootstrap_interval(sample: MarginSample, groups: Sequence[int], measure: str
 
 
 # --------------------------------------------------------------------------- prompts
-def load_prompts(path: Path | None) -> tuple[list[str], str, str]:
-    """(prompts, name, sha256 of the file's bytes). JSONL with a `prompt` field per line."""
-    source = path or BUILTIN_PROMPTS
+def load_prompts(path: Path | None, builtin: Path = BUILTIN_PROMPTS, least: int = 2) -> tuple[list[str], str, str]:
+    """(prompts, name, sha256 of the file's bytes). JSONL with a `prompt` field per line;
+    `builtin` when no path is given; at least `least` prompts (some are held out)."""
+    source = path or builtin
     try:
         raw = source.read_bytes()
     except OSError as exc:
@@ -156,8 +157,8 @@ def load_prompts(path: Path | None) -> tuple[list[str], str, str]:
         if not isinstance(prompt, str) or not prompt.strip():
             raise UserError(f"{source}: line {number} has an empty or non-text prompt")
         prompts.append(prompt)
-    if len(prompts) < 2:
-        raise UserError(f"{source}: calibration needs at least 2 prompts (one is held out), found {len(prompts)}")
+    if len(prompts) < least:
+        raise UserError(f"{source}: needs at least {least} prompts (some are held out), found {len(prompts)}")
     name = "builtin" if path is None else str(path)
     return prompts, name, hashlib.sha256(raw).hexdigest()
 

@@ -42,7 +42,8 @@ Target = Annotated[str, typer.Option(
     help=f"Target model: embedded name ({EMBEDDED_NAMES}), Hugging Face repo id, model directory or .gguf file.")]
 Draft = Annotated[str, typer.Option(
     "--draft", "-d", rich_help_panel=DECODING,
-    help="Drafter: 'none' (plain decoding), 'ngram' (prompt lookup) or a model spec sharing the target's vocabulary.")]
+    help="Drafter: 'none' (plain decoding), 'ngram' (prompt lookup), 'head' (the trained draft head for the "
+         "target; head:FILE for another) or a model spec sharing the target's vocabulary.")]
 Verify = Annotated[str, typer.Option(
     "--verify", rich_help_panel=DECODING,
     help="Verification rule: 'strict' (lossless) or 'mars' (accept a drafted runner-up at low-margin positions).")]
@@ -257,6 +258,83 @@ def calibrate(
     out.print(f"profile written to {written}")
 
 
+@app.command("train-head")
+def train_head(
+    target: Target = DEFAULT_TARGET,
+    out_path: Annotated[Optional[Path], typer.Option(
+        "--out", help="Where to write the head (.safetensors; default: the user head directory, "
+                      "where --draft head finds it).")] = None,
+    prompts: Annotated[Optional[Path], typer.Option(
+        "--prompts", help="JSONL prompt set (a 'prompt' field per line); default: the built-in set of 638.")] = None,
+    max_new_tokens: Annotated[int, typer.Option(
+        "--max-new-tokens", "-n", help="Length of the target's greedy answer to each prompt.")] = 256,
+    generate_batch: Annotated[int, typer.Option(
+        "--generate-batch", help="Prompts answered together while generating the data.")] = 16,
+    vocab: Annotated[int, typer.Option(
+        "--vocab", help="Draft vocabulary: the most frequent tokens of the data (0: the full vocabulary).")] = 8192,
+    epochs: Annotated[int, typer.Option("--epochs", help="Passes over the training answers.")] = 6,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per training step.")] = 8,
+    learning_rate: Annotated[float, typer.Option("--lr", help="Peak learning rate (warm-up, then cosine).")] = 1e-3,
+    depth: Annotated[int, typer.Option(
+        "--depth", help="Drafting steps unrolled in training (the head learns from its own predictions).")] = 3,
+    num_draft: NumDraft = DEFAULT_NUM_DRAFT,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed: initial weights and data order.")] = 0,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue from the checkpoint next to --out (data already generated is always reused).")] = False,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    trust_remote_code: TrustRemoteCode = False,
+    allow_pickle: AllowPickle = False,
+) -> None:
+    """Train an EAGLE-style draft head for a target on its own greedy answers (self-distillation)."""
+    from .calibrate import load_prompts
+    from .head import data as head_data
+    from .head.train import HELD_OUT_EVERY, TrainSettings, train
+    from .models import load_model
+    from .paths import user_head_dir
+    from .render import head_table
+
+    require(max_new_tokens >= 8, f"--max-new-tokens must be at least 8, got {max_new_tokens}")
+    require(generate_batch >= 1, f"--generate-batch must be at least 1, got {generate_batch}")
+    require(vocab >= 0, f"--vocab must be 0 (full) or a token count, got {vocab}")
+    require(learning_rate > 0, f"--lr must be positive, got {learning_rate}")
+    destination = out_path or user_head_dir() / f"{Path(target).name.removesuffix('.gguf')}.safetensors"
+    require(destination.suffix == ".safetensors", f"--out {destination}: a head is a .safetensors file")
+    _check_writable_file(destination)
+    prompt_texts, prompt_name, prompt_hash = load_prompts(prompts, head_data.HEAD_PROMPTS, HELD_OUT_EVERY)
+    settings = TrainSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, depth=depth,
+                             vocab=vocab or 10**9, num_draft=num_draft, seed=seed)
+    loaded = load_model(target, device, dtype, None, trust_remote_code, allow_pickle)
+    folder = head_data.data_dir(loaded, prompt_hash, max_new_tokens)
+    with _progress() as progress:
+        tasks: dict[str, int] = {}
+
+        def report(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = progress.add_task(stage, total=total)
+            progress.update(tasks[stage], completed=done)
+
+        sequences = head_data.generate(loaded, prompt_texts, folder / "generations.jsonl", max_new_tokens,
+                                       generate_batch, report)
+        features = head_data.extract_features(loaded, sequences, folder / "features.safetensors",
+                                              max(1, generate_batch // 2), report)
+        step_task = progress.add_task("train", total=None)
+
+        def on_step(step: int, total: int, loss: float) -> None:
+            progress.update(step_task, completed=step, total=total, description=f"train (loss {loss:.3f})")
+
+        recipe = {"command": _reproduce_command("train-head"), "prompts": prompt_name, "prompts_sha256": prompt_hash,
+                  "max_new_tokens": max_new_tokens, "data": "the target's greedy answers (chat template)"}
+        checkpoint = destination.with_name(destination.name + ".ckpt")
+        head, held, losses = train(loaded, sequences, features, settings, checkpoint, resume, recipe, on_step)
+    head.config.recipe["held_out"] = dataclasses.asdict(held) | {"tau": held.tau}
+    head.config.recipe["final_loss"] = sum(losses[-10:]) / len(losses[-10:])
+    head.save(destination)
+    checkpoint.unlink(missing_ok=True)
+    out.print(head_table(head, held, len(sequences), sum(len(s.output_ids) for s in sequences)))
+    out.print(f"draft head written to {destination}")
+
+
 @app.command("profile")
 def profile_command(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt (default: a built-in summarisation prompt).")] = None,
@@ -321,7 +399,8 @@ def eval_command(
         "--suite", "-s", help="Comma-separated: chat, code, math, summarize, translate, all (the five), "
                               "humaneval, a .jsonl file, or hf:NAME[:CONFIG][:SPLIT].")] = "chat",
     methods: Annotated[str, typer.Option(
-        "--methods", help="Comma-separated methods: vanilla, strict, mars (vanilla is always added).")] = "vanilla,strict,mars",
+        "--methods", help="Comma-separated methods: vanilla, strict, mars (vanilla is always added); "
+                          "RULE:DRAFTER overrides --draft for one method, e.g. strict:ngram,mars:head.")] = "vanilla,strict,mars",
     sweep: Annotated[Optional[str], typer.Option(
         "--sweep", help="Also run MARS at each threshold START:STOP:STEP, e.g. 0.80:0.98:0.02.")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Use only the first N samples of each suite.")] = None,

@@ -25,6 +25,15 @@ def user_profile_dir() -> Path:
     return Path(base) / "mars-cli" / "profiles"
 
 
+def user_head_dir() -> Path:
+    """Trained draft heads: $MARS_HEADS, else the user data dir; searched before shipped ones."""
+    override = os.environ.get("MARS_HEADS")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "mars-cli" / "heads"
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write to a temporary sibling, then rename: a killed process never leaves a half-written
     file that a later run would take for a whole one."""

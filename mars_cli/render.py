@@ -144,3 +144,19 @@ def eval_table(scope: str, rows: list[dict]) -> Table:
     for row in rows:
         table.add_row(*(cell(row, key, spec) for _, key, spec in COLUMNS))
     return table
+
+
+def head_table(head, held, prompts: int, answer_tokens: int) -> Table:
+    """What training produced: the head's size and its held-out acceptance."""
+    table = Table(title="draft head", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="left")
+    parameters = sum(p.numel() for p in head.parameters())
+    table.add_row("trained for", head.config.target)
+    table.add_row("parameters", f"{parameters / 1e6:.2f} M (fp16 file {2 * parameters / 2**20:.1f} MiB)")
+    table.add_row("draft vocabulary", f"{head.vocab_ids.numel()} tokens, {held.coverage:.1%} of held-out answer tokens")
+    table.add_row("data", f"{prompts} prompts, {answer_tokens} answer tokens")
+    table.add_row("held-out rounds", str(held.rounds))
+    table.add_row("acceptance by position", " ".join(f"{rate:.2f}" for rate in held.per_position))
+    table.add_row("expected tau (strict greedy)", f"{held.tau:.2f}")
+    return table

@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .head.drafter import HeadDrafter, load_head
+from .head.drafter import HeadDrafter, find_head, load_head
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from .decoding.loop import DecodeSettings, decode, make_generator
 from .decoding.sampling import SamplingParams
@@ -147,6 +147,10 @@ class Session:
         if spec == "ngram":
             return NgramDrafter(self.target.device, self.options.ngram_max, self.options.ngram_min)
         seed = None if self.options.seed is None else self.options.seed + 1
+        if spec == "auto":  # the target's draft head when it has one, plain decoding otherwise
+            if find_head(self.target) is None:
+                return NoDrafter(self.target.device)
+            spec = "head"
         if spec == "head" or spec.startswith("head:"):
             head = load_head(spec, self.target)
             return HeadDrafter(head, self.target, self.options.sampling, make_generator(self.target.output_device, seed))
@@ -209,6 +213,8 @@ class Session:
             threshold=self.threshold.value,
             threshold_source=self.threshold.source,
             target_source=self.target.source,
+            drafter=self.drafter.name,
+            draft_head=getattr(getattr(self.drafter, "head", None), "source", None),
             device=str(self.target.device),
             dtype=str(self.target.dtype).replace("torch.", ""),
             torch_version=torch.__version__,

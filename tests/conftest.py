@@ -111,6 +111,7 @@ def isolated_cache(tmp_path_factory, monkeypatch):
     """Keep user profile lookups away from the developer's own files; the model cache is shared
     by the session (so the embedded model converts once), under MARS_CACHE if set."""
     monkeypatch.setenv("MARS_PROFILES", str(tmp_path_factory.getbasetemp() / "user-profiles"))
+    monkeypatch.setenv("MARS_HEADS", str(tmp_path_factory.getbasetemp() / "user-heads"))
 
 
 @pytest.fixture(scope="session")

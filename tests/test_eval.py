@@ -85,6 +85,12 @@ def test_sweep_and_methods_parse():
     assert [m.name for m in methods] == ["vanilla", "strict", "mars", "mars@0.85"]
     with pytest.raises(UserError):
         parse_methods("fast", [])
+    drafters = parse_methods("strict:ngram,mars:head:/tmp/h.safetensors,strict", [])
+    assert [m.changes for m in drafters] == [
+        {"draft": "none", "verify": "strict"}, {"verify": "strict", "draft": "ngram"},
+        {"verify": "mars", "draft": "head:/tmp/h.safetensors"}, {"verify": "strict"}]
+    with pytest.raises(UserError, match="vanilla"):
+        parse_methods("vanilla:ngram", [])
     with pytest.raises(UserError):
         parse_sweep("0.9:0.8:0.01")
 

@@ -3,7 +3,9 @@ training, and the CLI around it. Tiny random models only; no file comes from the
 
 from __future__ import annotations
 
+import os
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,6 +143,7 @@ def test_vocabulary_subset_ranks_by_frequency_and_keeps_eos():
     seqs = [Sequence(0, [5, 5, 5, 6], [7, 7, 9]), Sequence(1, [6], [5])]
     assert vocabulary_subset(seqs, 3, {2}, 100).tolist() == [2, 5, 6]
     assert vocabulary_subset(seqs, 10, {2}, 100).tolist() == [2, 5, 6, 7, 9]
+    assert vocabulary_subset(seqs, 100, {2}, 100).tolist() == list(range(100))
 
 
 def test_saved_head_reloads_to_identical_drafts(tiny_target, tmp_path):
@@ -164,7 +167,7 @@ def test_head_for_another_target_is_refused(tiny_target, tiny_draft, tmp_path):
         load_head(f"head:{tmp_path / 'junk.safetensors'}", tiny_target)
     with pytest.raises(UserError, match="not found"):
         load_head(f"head:{tmp_path / 'missing.safetensors'}", tiny_target)
-    with pytest.raises(UserError, match="no draft head ships"):
+    with pytest.raises(UserError, match="no draft head found"):
         load_head("head", tiny_target)
 
 
@@ -238,3 +241,56 @@ def test_loss_batch_masks_padding(tiny_target, tiny_data):
     loss_b, _ = head_loss(head, tokens_padded, garbage, valid, 2)
     torch.testing.assert_close(loss_a, loss_b)
     assert torch.isfinite(loss_alone)
+
+
+def test_cli_trains_a_head_that_generate_then_finds(capsys, tiny_dir, tmp_path, monkeypatch):
+    import json
+
+    from .test_cli import run_cli
+
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MARS_HEADS", str(tmp_path / "heads"))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"tell me {w} {i}"}) + "\n"
+                               for i, w in enumerate(["abc", "dog", "sun", "xyz", "mop"] * 4)))
+    common = ["--target", str(tiny_dir), "--device", "cpu"]
+    code, out, err = run_cli(capsys, "train-head", *common, "--prompts", str(prompts), "-n", "12",
+                             "--epochs", "2", "--vocab", "40", "--batch-size", "4", "--generate-batch", "8")
+    assert code == 0, err
+    assert "expected tau" in out and "draft head written to" in out
+    written = Path(os.environ["MARS_HEADS"]) / f"{tiny_dir.name}.safetensors"
+    assert written.is_file() and not written.with_name(written.name + ".ckpt").exists()
+    # `--draft head` (and `auto`) find it by fingerprint; strict greedy output equals plain decoding
+    outputs = []
+    for draft in ("none", "head", "auto"):
+        code, out, err = run_cli(capsys, "generate", "hello abc", *common, "--draft", draft, "-n", "20", "--json")
+        assert code == 0, err
+        payload = json.loads(out)
+        assert payload["config"]["drafter"] == ("none" if draft == "none" else "head")
+        assert payload["config"]["draft_head"] == (None if draft == "none" else str(written))
+        outputs.append(payload["token_ids"])
+    assert outputs[0] == outputs[1] == outputs[2]
+    # without a head for the target, `auto` decodes plainly
+    monkeypatch.setenv("MARS_HEADS", str(tmp_path / "no-heads"))
+    code, out, err = run_cli(capsys, "generate", "hello abc", *common, "--draft", "auto", "-n", "5", "--json")
+    assert code == 0 and json.loads(out)["config"]["drafter"] == "none"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--vocab", "-1"], "--vocab"),
+    (["--out", "head.bin"], "a head is a .safetensors file"),
+    (["--lr", "0"], "--lr"),
+])
+def test_cli_train_head_bad_input_is_one_line(capsys, tiny_dir, tmp_path, args, message):
+    from .test_cli import run_cli
+
+    code, _, err = run_cli(capsys, "train-head", "--target", str(tiny_dir), "--device", "cpu", *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_generate_with_a_missing_head_is_one_line(capsys, tiny_dir, tmp_path):
+    from .test_cli import run_cli
+
+    code, _, err = run_cli(capsys, "generate", "hi", "--target", str(tiny_dir), "--device", "cpu",
+                           "--draft", f"head:{tmp_path / 'none.safetensors'}")
+    assert code == 2 and "not found" in err and len(err.strip().splitlines()) == 1

@@ -47,13 +47,19 @@ def parse_sweep(text: str) -> list[float]:
 
 
 def parse_methods(text: str, sweep: list[float]) -> list[Method]:
+    """`rule` or `rule:drafter` (e.g. strict:ngram, mars:head) so drafters compare in one run."""
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in BASE_METHODS]
+    unknown = [name for name in names if name.partition(":")[0] not in BASE_METHODS]
     if unknown:
-        raise UserError(f"unknown method {unknown[0]!r}: choose from {', '.join(BASE_METHODS)}")
+        raise UserError(f"unknown method {unknown[0]!r}: choose from {', '.join(BASE_METHODS)}, "
+                        f"optionally with :DRAFTER (e.g. strict:head)")
     if "vanilla" not in names:
         names.insert(0, "vanilla")  # every speedup and agreement figure is measured against it
-    methods = [Method(name, BASE_METHODS[name]) for name in dict.fromkeys(names)]
+    methods = []
+    for name in dict.fromkeys(names):
+        rule, _, drafter = name.partition(":")
+        require(not (rule == "vanilla" and drafter), f"method {name!r}: vanilla decodes without a drafter")
+        methods.append(Method(name, {**BASE_METHODS[rule], **({"draft": drafter} if drafter else {})}))
     methods += [Method(f"mars@{theta:g}", {"verify": "mars", "threshold": theta}) for theta in sweep]
     return methods
 

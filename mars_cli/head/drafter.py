@@ -12,33 +12,41 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from ..decoding.drafters import Draft, Drafter
 from ..decoding.sampling import SamplingParams, probabilities, process_logits, sample
 from ..errors import UserError
 from ..models import LoadedModel
+from ..paths import user_head_dir
 from .model import FORMAT, DraftHead, HeadCache
 
 SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads"
 
 
-def find_head(target: LoadedModel) -> Path:
-    """The shipped head trained for this target (matched by fingerprint, as profiles are)."""
-    for path in sorted(SHIPPED_HEADS.glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as handle:
-            metadata = handle.metadata() or {}
-        if metadata.get("format") == FORMAT and json.loads(metadata["config"]).get(
-                "target_fingerprint") == target.fingerprint:
-            return path
-    raise UserError(f"no draft head ships for {target.spec}; train one with `mars train-head "
-                    f"--target {target.spec} --out FILE` and pass --draft head:FILE")
+def find_head(target: LoadedModel) -> Path | None:
+    """A head trained for this target, matched by fingerprint as profiles are: the user's own
+    heads first, then the shipped ones."""
+    for folder in (user_head_dir(), SHIPPED_HEADS):
+        for path in sorted(folder.glob("*.safetensors")):
+            try:
+                with safe_open(str(path), framework="pt") as handle:
+                    metadata = handle.metadata() or {}
+                config = json.loads(metadata["config"]) if metadata.get("format") == FORMAT else {}
+            except (OSError, ValueError, KeyError, SafetensorError):
+                continue  # not a head: skip it, as a stray file in a profile folder is skipped
+            if config.get("target_fingerprint") == target.fingerprint:
+                return path
+    return None
 
 
 def load_head(spec: str, target: LoadedModel) -> DraftHead:
     """`head` (the shipped one for this target) or `head:PATH`; checked against the target."""
     _, _, location = spec.partition(":")
     path = Path(location).expanduser() if location else find_head(target)
+    if path is None:
+        raise UserError(f"no draft head found for {target.spec}; train one with `mars train-head "
+                        f"--target {target.spec}` (or pass --draft head:FILE)")
     if not path.is_file():
         raise UserError(f"draft head file not found: {path}")
     head = DraftHead.load(path, device=target.output_device, dtype=torch.float32)
@@ -52,6 +60,7 @@ def load_head(spec: str, target: LoadedModel) -> DraftHead:
         raise UserError(f"draft head {path} was trained for {config.target or 'another model'} "
                         f"(fingerprint {config.target_fingerprint[:12]}), not for {target.spec} "
                         f"({target.fingerprint[:12]})")
+    head.source = str(path)
     return head.attach(target.model)
 
 

@@ -127,6 +127,7 @@ class DraftHead(nn.Module):
         # borrowed from the target by attach(); never trained, never saved
         self.embed: nn.Module | None = None
         self.lm_rows: torch.Tensor | None = None
+        self.source: str | None = None  # the file it was loaded from
 
     # ------------------------------------------------------------------ target coupling
     def attach(self, target_model: nn.Module) -> "DraftHead":

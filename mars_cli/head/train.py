@@ -67,7 +67,10 @@ def split(sequences: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
 
 
 def vocabulary_subset(sequences: list[Sequence], size: int, always: set[int], vocab_size: int) -> torch.Tensor:
-    """The `size` most frequent tokens of the training text (ties by id), EOS always in."""
+    """The `size` most frequent tokens of the training text (ties by id), EOS always in; the
+    whole vocabulary (identity mapping) when `size` covers it."""
+    if size >= vocab_size:
+        return torch.arange(vocab_size)
     counts = Counter(token for s in sequences for token in s.ids)
     ranked = [token for token, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
     chosen = [t for t in sorted(always) if t < vocab_size]
@@ -207,9 +210,9 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
         step += 1
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if progress:
-            progress(step, total, float(loss))
+            progress(step, total, losses[-1])
         if step % settings.checkpoint_every == 0 or step == total:
             _save_checkpoint(checkpoint, head, optimizer, step, losses)
     with torch.no_grad():  # what ships is fp16: measure exactly that
