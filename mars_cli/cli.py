@@ -272,7 +272,7 @@ def train_head(
         "--generate-batch", help="Prompts answered together while generating the data.")] = 16,
     vocab: Annotated[int, typer.Option(
         "--vocab", help="Draft vocabulary: the most frequent tokens of the data (0: the full vocabulary).")] = 8192,
-    epochs: Annotated[int, typer.Option("--epochs", help="Passes over the training answers.")] = 6,
+    epochs: Annotated[int, typer.Option("--epochs", help="Passes over the training answers.")] = 8,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per training step.")] = 8,
     learning_rate: Annotated[float, typer.Option("--lr", help="Peak learning rate (warm-up, then cosine).")] = 1e-3,
     depth: Annotated[int, typer.Option(

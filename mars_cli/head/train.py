@@ -36,7 +36,7 @@ CLASSIFICATION_WEIGHT = 0.1
 
 @dataclass
 class TrainSettings:
-    epochs: int = 6
+    epochs: int = 8
     batch_size: int = 8
     learning_rate: float = 1e-3
     depth: int = 3
