@@ -16,7 +16,7 @@ from .calibrate import DEFAULT_OBJECTIVE
 from .errors import UserError, require
 from .models import DEFAULT_TARGET, EMBEDDED
 from .render import calibration_table, eval_table, stats_table
-from .runner import DEFAULT_NUM_DRAFT, DecodingOptions, Session
+from .runner import DEFAULT_HEAD_CONFIDENCE, DEFAULT_NUM_DRAFT, DecodingOptions, Session
 
 app = typer.Typer(
     name="mars",
@@ -58,6 +58,10 @@ Profile = Annotated[Optional[str], typer.Option(
     "--profile", rich_help_panel=DECODING, help="Calibration profile (YAML) to take the threshold from.")]
 NumDraft = Annotated[int, typer.Option(
     "--num-draft", "-k", rich_help_panel=DECODING, help="Tokens drafted per round.")]
+HeadConfidence = Annotated[float, typer.Option(
+    "--head-confidence", rich_help_panel=DECODING,
+    help="Draft head only: end a round's drafts once the head's own probability that all of them are "
+         "accepted falls below this (0 always drafts --num-draft).")]
 MaxNew = Annotated[int, typer.Option(
     "--max-new-tokens", "-n", rich_help_panel=DECODING, help="Stop after this many new tokens.")]
 Temperature = Annotated[float, typer.Option(
@@ -117,6 +121,7 @@ def generate(
     force: Annotated[bool, typer.Option(
         "--force", rich_help_panel=DECODING, help="Use a --profile calibrated for another model.")] = False,
     num_draft: NumDraft = DEFAULT_NUM_DRAFT,
+    head_confidence: HeadConfidence = DEFAULT_HEAD_CONFIDENCE,
     max_new_tokens: MaxNew = 128,
     temperature: Temperature = 0.0,
     top_p: TopP = 1.0,
@@ -298,12 +303,13 @@ def train_head(
     require(generate_batch >= 1, f"--generate-batch must be at least 1, got {generate_batch}")
     require(vocab >= 0, f"--vocab must be 0 (full) or a token count, got {vocab}")
     require(learning_rate > 0, f"--lr must be positive, got {learning_rate}")
+    require(min(epochs, batch_size, depth) >= 1, "--epochs, --batch-size and --depth must be at least 1")
     destination = out_path or user_head_dir() / f"{Path(target).name.removesuffix('.gguf')}.safetensors"
     require(destination.suffix == ".safetensors", f"--out {destination}: a head is a .safetensors file")
     _check_writable_file(destination)
     prompt_texts, prompt_name, prompt_hash = load_prompts(prompts, head_data.HEAD_PROMPTS, HELD_OUT_EVERY)
     settings = TrainSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, depth=depth,
-                             vocab=vocab or 10**9, num_draft=num_draft, seed=seed)
+                             vocab=vocab, num_draft=num_draft, seed=seed)
     loaded = load_model(target, device, dtype, None, trust_remote_code, allow_pickle)
     folder = head_data.data_dir(loaded, prompt_hash, max_new_tokens)
     with _progress() as progress:
@@ -345,6 +351,7 @@ def profile_command(
     margin: Margin = "logit-ratio",
     profile: Profile = None,
     num_draft: NumDraft = DEFAULT_NUM_DRAFT,
+    head_confidence: HeadConfidence = DEFAULT_HEAD_CONFIDENCE,
     max_new_tokens: MaxNew = 128,
     temperature: Temperature = 0.0,
     top_p: TopP = 1.0,
@@ -411,6 +418,7 @@ def eval_command(
     margin: Margin = "logit-ratio",
     profile: Profile = None,
     num_draft: NumDraft = DEFAULT_NUM_DRAFT,
+    head_confidence: HeadConfidence = DEFAULT_HEAD_CONFIDENCE,
     max_new_tokens: MaxNew = 128,
     temperature: Temperature = 0.0,
     top_p: TopP = 1.0,

@@ -24,6 +24,7 @@ from .models import DEFAULT_TARGET, LoadedModel, load_model
 
 MAX_NUM_DRAFT = 64
 DEFAULT_NUM_DRAFT = 4
+DEFAULT_HEAD_CONFIDENCE = 0.1  # from the held-out cost model in docs/head.md
 
 
 @dataclass
@@ -47,6 +48,7 @@ class DecodingOptions:
     allow_pickle: bool = False
     raw: bool = False
     stop: tuple[str, ...] = ()
+    head_confidence: float = DEFAULT_HEAD_CONFIDENCE  # draft head: stop drafting below this
     ngram_max: int = 3
     ngram_min: int = 1
     force: bool = False  # use a --profile calibrated for another model
@@ -62,6 +64,8 @@ class DecodingOptions:
         require(self.top_k >= 0, f"--top-k must be >= 0 (0 disables it), got {self.top_k}")
         require(1 <= self.num_draft <= MAX_NUM_DRAFT,
                 f"--num-draft must be between 1 and {MAX_NUM_DRAFT}, got {self.num_draft}")
+        require(math.isfinite(self.head_confidence) and 0 <= self.head_confidence < 1,
+                f"--head-confidence must be in [0, 1), got {self.head_confidence}")
         if self.threshold is not None:
             require(math.isfinite(self.threshold) and 0 < self.threshold <= 1,
                     f"--threshold must be in (0, 1] for both margin measures, got {self.threshold}")
@@ -153,7 +157,8 @@ class Session:
             spec = "head"
         if spec == "head" or spec.startswith("head:"):
             head = load_head(spec, self.target)
-            return HeadDrafter(head, self.target, self.options.sampling, make_generator(self.target.output_device, seed))
+            return HeadDrafter(head, self.target, self.options.sampling, make_generator(self.target.output_device, seed),
+                               self.options.head_confidence)
         draft = self.draft_model if self.draft_model is not None and self.draft_model.spec == spec else load_model(
             spec, self.options.device, self.options.dtype, None, self.options.trust_remote_code,
             self.options.allow_pickle)

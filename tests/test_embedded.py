@@ -38,7 +38,7 @@ def test_generate_cli_matches_transformers_greedy(capsys, smollm2):
     assert payload["config"]["target"] == "smollm2-135m"
 
 
-@pytest.mark.parametrize("draft", ["ngram"])
+@pytest.mark.parametrize("draft", ["ngram", "head"])
 def test_strict_speculative_output_is_lossless(smollm2, draft):
     for prompt in PROMPTS:
         session = Session(DecodingOptions(draft=draft, max_new_tokens=40), target=smollm2)
@@ -59,3 +59,16 @@ def test_mars_accepts_more_per_round_than_strict(smollm2):
             tokens += result.stats.new_tokens
         tau[rule] = tokens / rounds
     assert tau["mars"] > tau["strict"], tau
+
+
+def test_shipped_head_matches_the_embedded_model_and_drafts_well(smollm2):
+    """The shipped head is found by fingerprint and its drafts are accepted far more often than
+    chance: a guard against shipping a head trained for other weights or broken by a refactor."""
+    session = Session(DecodingOptions(draft="head", max_new_tokens=60), target=smollm2)
+    assert session.config()["drafter"] == "head" and session.config()["draft_head"].endswith("smollm2-135m.safetensors")
+    rounds = tokens = 0
+    for prompt in PROMPTS:
+        stats = session.run(prompt).stats
+        rounds += stats.rounds
+        tokens += stats.new_tokens
+    assert tokens / rounds > 1.5, tokens / rounds

@@ -75,8 +75,31 @@ def test_strict_greedy_with_head_reproduces_target(tiny_target, seed):
     expected = hf_greedy(tiny_target, prompt, max_new)
     head = random_head(tiny_target, seed=seed)
     for k in (1, 3, 6):
-        drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), None)
-        assert run(tiny_target, drafter, prompt, max_new, k) == expected, k
+        for confidence in (0.0, 0.3):
+            drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), None, confidence)
+            assert run(tiny_target, drafter, prompt, max_new, k) == expected, (k, confidence)
+
+
+def test_confidence_stops_drafting_early(tiny_target):
+    """The chain stops once the product of the head's own probabilities drops below the bar."""
+    from mars_cli.decoding.stats import DecodeStats
+
+    prompt = [5, 9, 14, 20, 7, 5, 9]
+    head = random_head(tiny_target)
+    drafted = {}
+    for confidence in (0.0, 0.2, 0.999):
+        stats = DecodeStats()
+        run(tiny_target, HeadDrafter(head, tiny_target, SamplingParams(0.0), None, confidence), prompt, 30, 4,
+            stats=stats)
+        drafted[confidence] = stats.drafted
+    assert drafted[0.0] >= drafted[0.2] >= drafted[0.999] and drafted[0.0] > drafted[0.999]
+    # what a round proposes never has a chain probability below the bar
+    drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), None, 0.2)
+    drafter.observe_features(target_features(tiny_target, prompt[:-1]))
+    tokens = drafter.propose(torch.tensor(prompt), 4).tokens
+    reference = HeadDrafter(head, tiny_target, SamplingParams(0.0), None, 0.0)
+    reference.observe_features(target_features(tiny_target, prompt[:-1]))
+    assert tokens.tolist() == reference.propose(torch.tensor(prompt), 4).tokens.tolist()[: tokens.numel()]
 
 
 def test_head_that_predicts_the_target_is_fully_accepted(tiny_target):
@@ -278,6 +301,7 @@ def test_cli_trains_a_head_that_generate_then_finds(capsys, tiny_dir, tmp_path, 
 
 @pytest.mark.parametrize("args, message", [
     (["--vocab", "-1"], "--vocab"),
+    (["--epochs", "0"], "--epochs"),
     (["--out", "head.bin"], "a head is a .safetensors file"),
     (["--lr", "0"], "--lr"),
 ])
@@ -290,6 +314,10 @@ def test_cli_train_head_bad_input_is_one_line(capsys, tiny_dir, tmp_path, args, 
 
 def test_cli_generate_with_a_missing_head_is_one_line(capsys, tiny_dir, tmp_path):
     from .test_cli import run_cli
+
+    code, _, err = run_cli(capsys, "generate", "hi", "--target", str(tiny_dir), "--device", "cpu",
+                           "--draft", "ngram", "--head-confidence", "1.5")
+    assert code == 2 and "--head-confidence" in err and len(err.strip().splitlines()) == 1
 
     code, _, err = run_cli(capsys, "generate", "hi", "--target", str(tiny_dir), "--device", "cpu",
                            "--draft", f"head:{tmp_path / 'none.safetensors'}")

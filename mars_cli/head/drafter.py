@@ -65,12 +65,18 @@ def load_head(spec: str, target: LoadedModel) -> DraftHead:
 
 
 class HeadDrafter(Drafter):
+    """Drafts up to k tokens a round; with `min_confidence` > 0 it stops early once the product
+    of its own probabilities for the tokens drafted so far (its estimate that the target accepts
+    them all, as in EAGLE-2) falls below it, so rounds where it is guessing cost no more than a
+    plain step plus one head step."""
+
     name = "head"
     needs_features = True
 
     def __init__(self, head: DraftHead, target: LoadedModel, sampling: SamplingParams,
-                 generator: torch.Generator | None) -> None:
+                 generator: torch.Generator | None, min_confidence: float = 0.0) -> None:
         self.head = head
+        self.min_confidence = min_confidence
         self.target_device = target.device
         self.sampling = sampling
         self.generator = generator
@@ -95,14 +101,17 @@ class HeadDrafter(Drafter):
     def commit(self, length: int) -> None:
         self.known = min(self.known, length)
 
-    def _next_token(self, feature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _next_token(self, feature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(token id, q over the full vocabulary when sampling, the head's probability of the token)."""
         scores = self.head.logits(feature)
         if self.sampling.greedy:
-            return self.head.vocab_ids[scores.argmax()], None
+            best = scores.argmax()
+            return self.head.vocab_ids[best], None, torch.softmax(scores, dim=-1)[best]
         full = scores.new_full((self.vocab_size,), float("-inf"))
         full[self.head.vocab_ids] = scores
         q = probabilities(process_logits(full, self.sampling))
-        return sample(q, self.generator), q
+        token = sample(q, self.generator)
+        return token, q, q[token]
 
     @torch.inference_mode()
     def propose(self, history: torch.Tensor, k: int) -> Draft:
@@ -114,12 +123,19 @@ class HeadDrafter(Drafter):
         feature = self.head.step(self.features[self.read : self.known], tokens, self.cache)[-1:]
         self.read = self.known
         drafted, rows = [], []
+        confidence = 1.0
         for step in range(k):
-            token, q = self._next_token(feature[0])
+            token, q, probability = self._next_token(feature[0])
+            if self.min_confidence > 0:
+                confidence *= float(probability)
+                if confidence < self.min_confidence:
+                    break
             drafted.append(token)
             if q is not None:
                 rows.append(q)
             if step + 1 < k:
                 feature = self.head.step(feature, token.reshape(1), self.cache)
+        if not drafted:
+            return Draft(torch.empty(0, dtype=torch.long, device=self.target_device))
         probs = torch.stack(rows).to(self.target_device) if rows else None
         return Draft(torch.stack(drafted).to(self.target_device), probs)

@@ -40,7 +40,7 @@ class TrainSettings:
     batch_size: int = 8
     learning_rate: float = 1e-3
     depth: int = 3
-    vocab: int = 8192
+    vocab: int = 8192  # 0: the full vocabulary
     max_length: int = 512
     num_draft: int = 4  # chain length for the held-out acceptance figure
     seed: int = 0
@@ -180,11 +180,10 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
             f"training needs at least {HELD_OUT_EVERY} prompts (every {HELD_OUT_EVERY}th is held out)")
     torch.manual_seed(settings.seed)
     width = target.model.get_output_embeddings().weight.shape[0]
-    vocab_ids = vocabulary_subset(train_set, settings.vocab, target.eos_token_ids, width)
+    vocab_ids = vocabulary_subset(train_set, settings.vocab or width, target.eos_token_ids, width)
     config = HeadConfig.for_target(target.model, target=target.spec, target_fingerprint=target.fingerprint,
                                    recipe={**recipe, "settings": asdict(settings)})
     head = DraftHead(config, vocab_ids).attach(target.model)
-    head.lm_rows = head.lm_rows.float()
     optimizer = torch.optim.AdamW(head.parameters(), lr=settings.learning_rate, betas=(0.9, 0.95),
                                   weight_decay=0.0)
     steps_per_epoch = math.ceil(len(train_set) / settings.batch_size)
