@@ -208,3 +208,44 @@ def test_model_drafter_rolls_back_its_cache(tiny_target, tiny_draft):
     assert len(drafter.cache) == 4 + 3
     drafter.commit(5)
     assert len(drafter.cache) == 5
+
+
+def test_padded_rounds_feed_k_plus_one_and_change_nothing(tiny_target, monkeypatch):
+    """Short drafts are padded to k + 1 target positions (cheaper on CPU than odd widths); the
+    padding is scored and dropped, so tokens and stats are those of the unpadded loop."""
+    import dataclasses
+
+    from mars_cli.decoding import kv
+
+    widths: list[int] = []
+    original = kv.KVCache.forward
+
+    def spy(self, input_ids, hidden=False):
+        widths.append(input_ids.shape[1])
+        return original(self, input_ids, hidden)
+
+    monkeypatch.setattr(kv.KVCache, "forward", spy)
+    prompt = [5, 9, 14, 20, 5, 9, 14]
+    expected = hf_greedy(tiny_target, prompt, 30)
+    results = {}
+    for pad in (True, False):
+        widths.clear()
+        stats = DecodeStats()
+        settings = dataclasses.replace(DecodeSettings(30, 4), pad_drafts=pad)
+        tokens = []
+        drafter = ShortScriptedDrafter(len(prompt), expected, len(tiny_target.tokenizer), wrong_share=0.3)
+        for chunk in decode(tiny_target, drafter, Verifier("strict"), prompt, settings, None, stats):
+            tokens.extend(chunk)
+        results[pad] = (tokens, stats.drafted, stats.accepted, stats.rounds, list(widths[1:]))
+    assert results[True][:4] == results[False][:4] and results[True][0] == expected
+    # the last rounds draft less (the budget), so their padded width is smaller too
+    assert set(results[True][4][:-3]) <= {1, 5}
+    assert len(set(results[False][4])) > len(set(results[True][4][:-3]))
+
+
+class ShortScriptedDrafter(ScriptedDrafter):
+    """Proposes between 0 and k of the scripted tokens (a varying draft length)."""
+
+    def propose(self, history: torch.Tensor, k: int) -> Draft:
+        full = super().propose(history, k)
+        return Draft(full.tokens[: self.rng.randrange(0, k + 1)])
