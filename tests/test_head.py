@@ -322,3 +322,22 @@ def test_cli_generate_with_a_missing_head_is_one_line(capsys, tiny_dir, tmp_path
     code, _, err = run_cli(capsys, "generate", "hi", "--target", str(tiny_dir), "--device", "cpu",
                            "--draft", f"head:{tmp_path / 'none.safetensors'}")
     assert code == 2 and "not found" in err and len(err.strip().splitlines()) == 1
+
+
+def test_killed_training_resumes_to_the_same_head(tiny_target, tiny_data, tmp_path):
+    """A run killed after its step-10 checkpoint, resumed, ends with the weights and losses of a
+    run that never stopped (same data order, optimizer state and schedule)."""
+    sequences, features = tiny_data
+    settings = TrainSettings(epochs=3, batch_size=4, learning_rate=3e-3, depth=2, vocab=30, seed=1,
+                             checkpoint_every=5)
+    whole, _, whole_losses = train(tiny_target, sequences, features, settings, tmp_path / "a.ckpt", False, {})
+
+    def kill_at_12(step: int, total: int, loss: float) -> None:
+        if step == 12:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_target, sequences, features, settings, tmp_path / "b.ckpt", False, {}, kill_at_12)
+    resumed, _, resumed_losses = train(tiny_target, sequences, features, settings, tmp_path / "b.ckpt", True, {})
+    assert resumed_losses == whole_losses
+    assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()))
