@@ -152,9 +152,10 @@ class Session:
             return NgramDrafter(self.target.device, self.options.ngram_max, self.options.ngram_min)
         seed = None if self.options.seed is None else self.options.seed + 1
         if spec == "auto":  # the target's draft head when it has one, plain decoding otherwise
-            if find_head(self.target) is None:
+            found = find_head(self.target)
+            if found is None:
                 return NoDrafter(self.target.device)
-            spec = "head"
+            spec = f"head:{found}"
         if spec == "head" or spec.startswith("head:"):
             head = load_head(spec, self.target)
             return HeadDrafter(head, self.target, self.options.sampling, make_generator(self.target.output_device, seed),
@@ -193,7 +194,7 @@ class Session:
         `settings` overrides the loop settings (profiling sweeps the draft length)."""
         seed = self.options.seed if seed is None else seed
         generator = make_generator(self.target.output_device, seed)
-        if seed is not None and isinstance(self.drafter, (ModelDrafter, HeadDrafter)):
+        if seed is not None and self.drafter.generator is not None:
             self.drafter.generator.manual_seed(seed + 1)
         return decode(self.target, self.drafter, self.verifier, prompt_ids, settings or self.settings(),
                       generator, stats, observe)

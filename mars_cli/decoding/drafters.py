@@ -10,6 +10,7 @@ cache, from the forward passes that run anyway.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -26,23 +27,26 @@ class Draft:
     probs: torch.Tensor | None = None  # [k', V]: the drafter's q, None for one-hot drafters
 
 
-class Drafter:
-    """Base class: the no-op parts of the protocol."""
+class Drafter(ABC):
+    """The protocol. Only `propose` is required; the rest default to doing nothing, which is
+    right for drafters that keep no state between rounds."""
 
     name = "drafter"
     needs_features = False
+    generator: torch.Generator | None = None  # reseeded per sequence by Session when it samples
 
     def reset(self) -> None:
-        pass
+        """A new sequence starts: forget everything cached."""
 
+    @abstractmethod
     def propose(self, history: torch.Tensor, k: int) -> Draft:
-        raise NotImplementedError
+        """Up to k tokens to follow `history` (CPU, prompt + emitted tokens)."""
 
     def observe_features(self, hidden: torch.Tensor) -> None:
         """Target's last hidden states [n, H] for the next n positions of its cache."""
 
     def commit(self, length: int) -> None:
-        pass
+        """Only the first `length` tokens of the history are final."""
 
 
 class NoDrafter(Drafter):

@@ -58,13 +58,15 @@ def read_generations(path: Path) -> dict[int, Sequence]:
     return done
 
 
-def _left_padded(rows: list[list[int]], pad: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _padded(rows: list[list[int]], pad: int, device: torch.device, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask), each [len(rows), longest row]."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for row, tokens in enumerate(rows):
-        ids[row, width - len(tokens):] = torch.tensor(tokens)
-        mask[row, width - len(tokens):] = 1
+        span = slice(width - len(tokens), width) if left else slice(0, len(tokens))
+        ids[row, span] = torch.tensor(tokens)
+        mask[row, span] = 1
     return ids.to(device), mask.to(device)
 
 
@@ -94,7 +96,7 @@ def generate(target: LoadedModel, prompts: list[str], out_file: Path, max_new_to
     with out_file.open("a", encoding="utf-8") as stream:
         for start in range(0, len(todo), batch_size):
             batch = todo[start : start + batch_size]
-            ids, mask = _left_padded([encoded[i] for i in batch], pad, target.device)
+            ids, mask = _padded([encoded[i] for i in batch], pad, target.device, left=True)
             output = target.model.generate(
                 input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
                 pad_token_id=pad, eos_token_id=sorted(eos) or None,
@@ -125,14 +127,8 @@ def extract_features(target: LoadedModel, sequences: list[Sequence], out_file: P
     order = sorted(sequences, key=lambda s: len(s.ids))
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
-        width = max(len(s.ids) for s in batch)
-        ids = torch.zeros((len(batch), width), dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, sequence in enumerate(batch):
-            ids[row, : len(sequence.ids)] = torch.tensor(sequence.ids)
-            mask[row, : len(sequence.ids)] = 1
-        output = target.model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
-                              output_hidden_states=True, use_cache=False)
+        ids, mask = _padded([s.ids for s in batch], 0, target.device, left=False)
+        output = target.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False)
         hidden = output.hidden_states[-1]
         for row, sequence in enumerate(batch):
             features[sequence.index] = hidden[row, : len(sequence.ids)].to("cpu", torch.float16).contiguous()

@@ -8,7 +8,6 @@ the next round the drafted pairs are dropped from its cache and the true ones ta
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -19,7 +18,7 @@ from ..decoding.sampling import SamplingParams, probabilities, process_logits, s
 from ..errors import UserError
 from ..models import LoadedModel
 from ..paths import user_head_dir
-from .model import FORMAT, DraftHead, HeadCache
+from .model import DraftHead, HeadCache, config_fields
 
 SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads"
 
@@ -31,11 +30,10 @@ def find_head(target: LoadedModel) -> Path | None:
         for path in sorted(folder.glob("*.safetensors")):
             try:
                 with safe_open(str(path), framework="pt") as handle:
-                    metadata = handle.metadata() or {}
-                config = json.loads(metadata["config"]) if metadata.get("format") == FORMAT else {}
-            except (OSError, ValueError, KeyError, SafetensorError):
-                continue  # not a head: skip it, as a stray file in a profile folder is skipped
-            if config.get("target_fingerprint") == target.fingerprint:
+                    fields = config_fields(handle.metadata())
+            except (OSError, SafetensorError):
+                continue  # unreadable: skipped, as a stray file in a profile folder is
+            if fields is not None and fields.get("target_fingerprint") == target.fingerprint:
                 return path
     return None
 
@@ -101,17 +99,19 @@ class HeadDrafter(Drafter):
     def commit(self, length: int) -> None:
         self.known = min(self.known, length)
 
-    def _next_token(self, feature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """(token id, q over the full vocabulary when sampling, the head's probability of the token)."""
+    def _next_token(self, feature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+        """(token id, q over the full vocabulary when sampling, the head's probability of the
+        token: computed only when confidence gating reads it)."""
         scores = self.head.logits(feature)
+        gating = self.min_confidence > 0
         if self.sampling.greedy:
             best = scores.argmax()
-            return self.head.vocab_ids[best], None, torch.softmax(scores, dim=-1)[best]
+            return self.head.vocab_ids[best], None, float(torch.softmax(scores, dim=-1)[best]) if gating else 1.0
         full = scores.new_full((self.vocab_size,), float("-inf"))
         full[self.head.vocab_ids] = scores
         q = probabilities(process_logits(full, self.sampling))
         token = sample(q, self.generator)
-        return token, q, q[token]
+        return token, q, float(q[token]) if gating else 1.0
 
     @torch.inference_mode()
     def propose(self, history: torch.Tensor, k: int) -> Draft:
@@ -126,10 +126,9 @@ class HeadDrafter(Drafter):
         confidence = 1.0
         for step in range(k):
             token, q, probability = self._next_token(feature[0])
-            if self.min_confidence > 0:
-                confidence *= float(probability)
-                if confidence < self.min_confidence:
-                    break
+            confidence *= probability
+            if confidence < self.min_confidence:
+                break
             drafted.append(token)
             if q is not None:
                 rows.append(q)

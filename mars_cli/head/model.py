@@ -50,14 +50,24 @@ class HeadConfig:
         hidden = int(config.hidden_size)
         head_dim = int(getattr(config, "head_dim", None) or 64)
         num_heads = max(1, hidden // head_dim) if hidden % head_dim == 0 else 1
-        rope = getattr(config, "rope_parameters", None) or {}
-        theta = float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)) if isinstance(rope, dict)
-                      else getattr(config, "rope_theta", 10000.0))
+        rope = getattr(config, "rope_parameters", None)  # transformers 5 moved rope_theta in here
+        theta = float((rope.get("rope_theta") if isinstance(rope, dict) else None)
+                      or getattr(config, "rope_theta", 10000.0))
         width = model.get_output_embeddings().weight.shape[0]
         return cls(hidden_size=hidden, num_heads=num_heads,
                    intermediate_size=int(getattr(config, "intermediate_size", 4 * hidden)),
                    vocab_size=int(width), rope_theta=theta,
                    rms_eps=float(getattr(config, "rms_norm_eps", 1e-5)), **extra)
+
+
+def config_fields(metadata: dict | None) -> dict | None:
+    """The HeadConfig fields stored in a safetensors file's metadata; None if not a head."""
+    if not metadata or metadata.get("format") != FORMAT or "config" not in metadata:
+        return None
+    try:
+        return json.loads(metadata["config"])
+    except ValueError:
+        return None
 
 
 class RMSNorm(nn.Module):
@@ -241,9 +251,10 @@ class DraftHead(nn.Module):
                 tensors = {name: handle.get_tensor(name) for name in handle.keys()}
         except (OSError, SafetensorError) as exc:
             raise UserError(f"cannot read draft head {path}: {exc}") from None
-        if metadata.get("format") != FORMAT or "config" not in metadata or "vocab_ids" not in tensors:
+        fields = config_fields(metadata)
+        if fields is None or "vocab_ids" not in tensors:
             raise UserError(f"{path} is not a mars draft head ({FORMAT})")
-        config = HeadConfig(**json.loads(metadata["config"]))
+        config = HeadConfig(**fields)
         head = cls(config, tensors["vocab_ids"])
         head.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()})
         return head.to(device=device, dtype=dtype).eval()
