@@ -26,7 +26,8 @@ import transformers
 from mars_cli.evaluation.metrics import common_prefix, rouge_l, token_agreement
 from mars_cli.evaluation.runner import rss_mb
 from mars_cli.models import load_model
-from mars_cli.runner import DecodingOptions, Session
+from mars_cli.options import DecodingOptions
+from mars_cli.session import Session
 
 PROMPTS = {
     "chat": "Give me three tips for staying focused while studying at home.",
@@ -59,7 +60,7 @@ def methods(k: int, with_sweep: bool) -> list[Method]:
         Method(f"hf-prompt-lookup(k={k})", "hf", {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": 3}),
         Method("ngram-strict", "ours", {"draft": "ngram", "verify": "strict"}),
     ]
-    # None: the threshold comes from the target's calibrated profile (shipped in mars_cli/profiles)
+    # None: the threshold comes from the target's calibrated profile (shipped in mars_cli/profiles/)
     for measure, thresholds in (("logit-ratio", (0.85, 0.9, 0.95, None)), ("prob-ratio", (0.3, 0.5, None))):
         for theta in thresholds:
             label = "profile" if theta is None else theta
@@ -100,15 +101,15 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     target = load_model(args.target, device="cpu")
-    base = DecodingOptions(target=args.target, max_new_tokens=args.max_new_tokens, num_draft=args.num_draft)
+    base = DecodingOptions.of(target=args.target, max_new_tokens=args.max_new_tokens, num_draft=args.num_draft)
     listed = methods(args.num_draft, not args.no_sweep)
     if args.only:
         keep = {"plain", "hf-plain", "ngram-strict", *args.only.split(",")}
         listed = [m for m in listed if m.name in keep]
-    sessions = {m.name: Session(DecodingOptions(**{**base.__dict__, **m.options}), target=target)
+    sessions = {m.name: Session(base.replace(**m.options), target=target)
                 for m in listed if m.kind == "ours"}
     thresholds = {name: {"value": s.threshold.value, "source": s.threshold.source}
-                  for name, s in sessions.items() if s.options.verify == "mars"}
+                  for name, s in sessions.items() if s.options.verification.verify == "mars"}
     encoder = sessions["plain"]
     prompt_names = args.prompts.split(",")
     prompt_ids = {name: encoder.encode(PROMPTS[name]) for name in prompt_names}

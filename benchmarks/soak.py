@@ -23,7 +23,8 @@ from mars_cli.decoding.stats import DecodeStats
 from mars_cli.evaluation.runner import rss_mb
 from mars_cli.evaluation.suites import BUILTIN, load_suite
 from mars_cli.models import load_model
-from mars_cli.runner import DecodingOptions, Session
+from mars_cli.options import DecodingOptions
+from mars_cli.session import Session
 
 LONG_PROMPT = ("Write a long, detailed story about a lighthouse keeper on a remote island, "
                "told day by day over a whole year.")
@@ -40,8 +41,8 @@ def kv_cache_mb(target, tokens: int) -> float:
 
 def long_generation(target, tokens: int, block: int) -> dict:
     # sampled at a mild temperature (seeded) so the text does not loop; EOS is ignored
-    options = DecodingOptions(draft="ngram", verify="mars", threshold=0.9, max_new_tokens=tokens,
-                              temperature=0.7, seed=0)
+    options = DecodingOptions.of(draft="ngram", verify="mars", threshold=0.9, max_new_tokens=tokens,
+                                 temperature=0.7, seed=0)
     session = Session(options, target=target)
     stats = DecodeStats()
     samples, produced, start = [], 0, time.perf_counter()
@@ -64,7 +65,7 @@ def long_generation(target, tokens: int, block: int) -> dict:
 
 def many_prompts(target, count: int, max_new: int) -> dict:
     prompts = [s for name in BUILTIN for s in load_suite(name).samples]
-    session = Session(DecodingOptions(draft="ngram", verify="mars", max_new_tokens=max_new), target=target)
+    session = Session(DecodingOptions.of(draft="ngram", verify="mars", max_new_tokens=max_new), target=target)
     trace = []
     for index in range(count):
         sample = prompts[index % len(prompts)]

@@ -13,26 +13,33 @@ gets a threshold that meets an objective:
 Prompts are split into a fitting part and a held-out part (every fourth prompt); the held-out
 positions report how well the fitted threshold meets the objective on text it has not seen, and a
 bootstrap over fitting prompts gives the threshold's uncertainty.
+
+`CalibrationRequest` (the calibrate flags) and `Calibration` (one run: prompts, resume, sampling
+passes, profile) hold the command's steps, so that the CLI only parses flags, shows progress and
+renders the profile.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
-from . import __version__
-from .decoding.verifiers import MARGIN_MEASURES, margin
-from .errors import UserError
-from .paths import write_atomic
-from .profiles import SCHEMA_VERSION
+from . import __version__, calibration_profiles
+from .calibration_profiles import SCHEMA_VERSION
+from .decoding.verifiers import MARGIN_MEASURES, TopTwoRecorder, margin
+from .errors import UserError, require
+from .paths import user_profile_dir, write_atomic
+from .prompts import held_out, load_prompts
+
+if TYPE_CHECKING:
+    from .options import DecodingOptions
 
 BUILTIN_PROMPTS = Path(__file__).parent / "data" / "calibration_prompts.jsonl"
 DEFAULT_OBJECTIVE = "loss=0.05"
@@ -137,35 +144,13 @@ def bootstrap_interval(sample: MarginSample, groups: Sequence[int], measure: str
 
 
 # --------------------------------------------------------------------------- prompts
-def load_prompts(path: Path | None, builtin: Path = BUILTIN_PROMPTS, least: int = 2) -> tuple[list[str], str, str]:
-    """(prompts, name, sha256 of the file's bytes). JSONL with a `prompt` field per line;
-    `builtin` when no path is given; at least `least` prompts (some are held out)."""
-    source = path or builtin
-    try:
-        raw = source.read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read prompts file {source}: {exc.strerror or exc}") from None
-    prompts = []
-    for number, line in enumerate(raw.decode("utf-8", errors="strict").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            prompt = record["prompt"]
-        except (ValueError, KeyError, TypeError):
-            raise UserError(f"{source}: line {number} is not a JSON object with a 'prompt' field") from None
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise UserError(f"{source}: line {number} has an empty or non-text prompt")
-        prompts.append(prompt)
-    if len(prompts) < least:
-        raise UserError(f"{source}: needs at least {least} prompts (some are held out), found {len(prompts)}")
-    name = "builtin" if path is None else str(path)
-    return prompts, name, hashlib.sha256(raw).hexdigest()
-
-
 def split_prompts(count: int) -> tuple[list[int], list[int]]:
-    held = [i for i in range(count) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1] or [count - 1]
-    return [i for i in range(count) if i not in held], held
+    """(fitting, held-out) prompt indices: every HELD_OUT_EVERY-th prompt is held out, and the
+    last one when there are fewer, so the held-out check always has a prompt."""
+    fitting, held = held_out(range(count), HELD_OUT_EVERY)
+    if not held:
+        fitting, held = fitting[:-1], fitting[-1:]
+    return fitting, held
 
 
 # --------------------------------------------------------------------------- collection
@@ -182,19 +167,11 @@ def collect(session, prompts: list[str], indices: list[int], positions: int, see
     advance(len(sample))
     while len(sample) < positions:
         index = indices[call % len(indices)]
-        z1_rows: list[torch.Tensor] = []
-        z2_rows: list[torch.Tensor] = []
-
-        def observe(logits: torch.Tensor) -> None:
-            top = logits.topk(2, dim=-1).values
-            z1_rows.append(top[:, 0])
-            z2_rows.append(top[:, 1])
-
-        session.run(encoded[index], observe=observe, seed=seed + call)
+        recorder = TopTwoRecorder()
+        session.run(encoded[index], observe=recorder, seed=seed + call)
         call += 1
         room = positions - len(sample)
-        z1 = torch.cat(z1_rows)[:room] if z1_rows else torch.empty(0)
-        z2 = torch.cat(z2_rows)[:room] if z2_rows else torch.empty(0)
+        z1, z2 = (values[:room] for values in recorder.values())
         sample.add(z1, z2)  # an empty group keeps the call count (and so the seeds) in step
         advance(z1.numel())
         if checkpoint is not None:
@@ -273,3 +250,95 @@ def build_profile(session, fit_sample: MarginSample, held_sample: MarginSample, 
         "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": command,
     }
+
+
+# --------------------------------------------------------------------------- one run
+StartPass = Callable[[str, int], Callable[[int], None]]  # (stage, positions) -> advance(positions done)
+
+
+def default_destination(target: str) -> Path:
+    """Where a profile goes without --out: the user profile directory, named after the target."""
+    return user_profile_dir() / f"{Path(target).name.removesuffix('.gguf')}.yaml"
+
+
+@dataclass(frozen=True)
+class CalibrationRequest:
+    """What a calibration is asked for (the calibrate flags); the profile goes to `destination`."""
+
+    destination: Path
+    prompts: Path | None = None  # JSONL prompt set; None: the built-in one
+    temperature: float = 1.0
+    samples: int = 1500
+    held_out_samples: int | None = None  # None: a third of `samples`
+    max_new_tokens: int = 64
+    objective: str = DEFAULT_OBJECTIVE
+    seed: int = 0
+    resume: bool = False  # continue from the partial file beside `destination`
+
+    @property
+    def goal(self) -> Objective:
+        return parse_objective(self.objective)
+
+    @property
+    def held(self) -> int:
+        """Positions sampled from held-out prompts."""
+        return self.samples // 3 if self.held_out_samples is None else self.held_out_samples
+
+    @property
+    def partial(self) -> Path:
+        """The positions sampled so far, kept while sampling so that --resume can continue."""
+        return self.destination.with_name(self.destination.name + ".partial.json")
+
+    def validate(self) -> None:
+        """One sentence per bad value, before anything is read or loaded."""
+        parse_objective(self.objective)
+        require(self.samples >= 50, f"--samples must be at least 50, got {self.samples}")
+        require(self.held >= 10, f"--held-out-samples must be at least 10, got {self.held}")
+
+
+class Calibration:
+    """One calibrate run of a validated request. Making it reads the prompts; `load` reads the
+    partial file (with --resume) and loads the target, so bad input fails before any progress
+    bar; `run` samples and writes the profile."""
+
+    def __init__(self, options: DecodingOptions, request: CalibrationRequest) -> None:
+        self.request = request
+        # calibration samples with its own temperature, seed and length (they are recorded in the profile)
+        self.options = options.replace(temperature=request.temperature, seed=request.seed,
+                                       max_new_tokens=request.max_new_tokens)
+        self.prompts, self.prompt_name, self.prompt_hash = load_prompts(request.prompts, BUILTIN_PROMPTS)
+        self.signature = {"target": self.options.model.target, "prompts": self.prompt_hash,
+                          "temperature": request.temperature, "samples": request.samples, "held": request.held,
+                          "max_new_tokens": request.max_new_tokens, "seed": request.seed}
+        self.fit_sample: MarginSample = MarginSample()
+        self.held_sample: MarginSample | None = None
+        self.session = None
+
+    def load(self) -> None:
+        """The positions of an interrupted run (with --resume), then the target."""
+        from .session import Session
+
+        if self.request.resume:
+            self.fit_sample, self.held_sample = load_partial(self.request.partial, self.signature)
+        self.session = Session(self.options)
+        self.session.target.fingerprint  # computed now: a model that cannot be fingerprinted fails before sampling
+
+    def run(self, command: str, start_pass: StartPass) -> tuple[dict, Path]:
+        """Sample the fitting and held-out passes (checkpointed to the partial file after every
+        continuation), build the profile, write it and drop the partial file: (profile, path)."""
+        request, partial, signature = self.request, self.request.partial, self.signature
+        if self.session is None:
+            self.load()
+        fit_ids, held_ids = split_prompts(len(self.prompts))
+        self.fit_sample = collect(self.session, self.prompts, fit_ids, request.samples, request.seed,
+                                  start_pass("sampling (fit)", request.samples), self.fit_sample,
+                                  lambda s: save_partial(partial, signature, s, None))
+        self.held_sample = collect(self.session, self.prompts, held_ids, request.held, request.seed + 100_000,
+                                   start_pass("sampling (held out)", request.held), self.held_sample,
+                                   lambda s: save_partial(partial, signature, self.fit_sample, s))
+        prompt_set = {"name": self.prompt_name, "sha256": self.prompt_hash, "prompts": len(self.prompts)}
+        data = build_profile(self.session, self.fit_sample, self.held_sample, request.goal, request.temperature,
+                             prompt_set, command, request.seed)
+        written = calibration_profiles.save(data, request.destination)
+        partial.unlink(missing_ok=True)
+        return data, written

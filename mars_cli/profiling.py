@@ -9,13 +9,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from .decoding.stats import DecodeStats
-from .decoding.verifiers import margin
-from .runner import Session
+from .decoding.verifiers import TopTwoRecorder, margin
+from .session import Session
 
 DEFAULT_PROMPT = (
     "Summarize in two sentences: The library will extend its opening hours during the exam period. "
@@ -51,14 +50,6 @@ def parse_range(text: str) -> list[int]:
     return values
 
 
-def margin_collector(measure: str, sink: list[float]) -> Callable[[torch.Tensor], None]:
-    """Observer that records the margin of each generated position (raw logits)."""
-    def observe(logits: torch.Tensor) -> None:
-        top = logits.topk(2, dim=-1).values
-        sink.extend(margin(top[:, 0], top[:, 1], measure).tolist())  # type: ignore[arg-type]
-    return observe
-
-
 def throughput_by_position(stats: DecodeStats, bucket: int) -> list[dict[str, float]]:
     """tokens/s within each block of `bucket` output positions (shows KV-cache growth)."""
     rows, start_time, start_tokens = [], stats.phase_s.get("prefill", 0.0), 0
@@ -80,8 +71,9 @@ def run_profile(session: Session, prompt: str, sweep: list[int] | None, bucket: 
     warm = dataclasses.replace(session.settings(), max_new_tokens=min(8, session.options.max_new_tokens))
     session.run(prompt_ids, settings=warm)  # warm-up: first calls pay for allocation and dispatch
 
-    margins: list[float] = []
-    main = session.run(prompt_ids, observe=margin_collector(session.options.margin, margins))
+    recorder = TopTwoRecorder()
+    main = session.run(prompt_ids, observe=recorder)
+    margins = margin(*recorder.values(), session.options.verification.margin).tolist()  # type: ignore[arg-type]
     summary = main.stats.summary()
     report: dict = {
         "config": session.config(),
@@ -91,7 +83,7 @@ def run_profile(session: Session, prompt: str, sweep: list[int] | None, bucket: 
         "accepted_length_histogram": summary["accepted_length_histogram"],
         "per_position_acceptance": summary["per_position_acceptance"],
         "margins": {
-            "measure": session.options.margin,
+            "measure": session.options.verification.margin,
             "threshold": session.threshold.value,
             "values": margins,
             "share_above": {str(t): _share_above(margins, t) for t in sorted({*OTHER_THRESHOLDS, session.threshold.value})},

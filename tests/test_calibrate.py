@@ -9,9 +9,10 @@ import torch
 import yaml
 
 from mars_cli import calibrate as cal
-from mars_cli import profiles
+from mars_cli import calibration_profiles
 from mars_cli.cli import main
 from mars_cli.errors import UserError
+from mars_cli.prompts import load_prompts
 
 
 # ----------------------------------------------------------------------------- estimators
@@ -50,9 +51,9 @@ def test_bad_objective_is_refused(text):
 
 
 def test_prob_ratio_threshold_follows_temperature():
-    assert profiles.threshold_at_temperature(0.5, "prob-ratio", 0.5) == pytest.approx(0.25)
-    assert profiles.threshold_at_temperature(0.5, "prob-ratio", 0.0) == 0.5
-    assert profiles.threshold_at_temperature(0.93, "logit-ratio", 0.7) == 0.93
+    assert calibration_profiles.threshold_at_temperature(0.5, "prob-ratio", 0.5) == pytest.approx(0.25)
+    assert calibration_profiles.threshold_at_temperature(0.5, "prob-ratio", 0.0) == 0.5
+    assert calibration_profiles.threshold_at_temperature(0.93, "logit-ratio", 0.7) == 0.93
 
 
 def test_bootstrap_interval_brackets_the_estimate():
@@ -72,10 +73,10 @@ def test_prompt_file_errors_name_the_line(tmp_path):
     path = tmp_path / "prompts.jsonl"
     path.write_text('{"prompt": "a"}\n{"prompt": "b"}\nnot json\n')
     with pytest.raises(UserError, match="line 3"):
-        cal.load_prompts(path)
+        load_prompts(path, cal.BUILTIN_PROMPTS)
     path.write_text('{"prompt": "only one"}\n')
     with pytest.raises(UserError, match="at least 2"):
-        cal.load_prompts(path)
+        load_prompts(path, cal.BUILTIN_PROMPTS)
 
 
 # ----------------------------------------------------------------------------- profiles
@@ -96,8 +97,8 @@ def sample_profile(fingerprint: str = "f" * 64) -> dict:
 
 
 def test_profile_round_trip(tmp_path):
-    path = profiles.save(sample_profile(), tmp_path / "p.yaml")
-    loaded = profiles.load(path)
+    path = calibration_profiles.save(sample_profile(), tmp_path / "p.yaml")
+    loaded = calibration_profiles.load(path)
     assert loaded.data == sample_profile()
     assert loaded.threshold("logit-ratio") == 0.93
     assert not list(tmp_path.glob("*.tmp")), "temporary file left behind"
@@ -122,41 +123,41 @@ def test_malformed_profiles_are_refused(tmp_path, mutate, message):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
-        profiles.load(path)
+        calibration_profiles.load(path)
 
 
 def test_unsafe_or_broken_yaml_is_refused(tmp_path):
     path = tmp_path / "evil.yaml"
     path.write_text("!!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(UserError, match="not valid YAML"):
-        profiles.load(path)
+        calibration_profiles.load(path)
     path.write_text("schema: [1,\n")
     with pytest.raises(UserError, match="line"):
-        profiles.load(path)
+        calibration_profiles.load(path)
     with pytest.raises(UserError, match="not found"):
-        profiles.load(tmp_path / "missing.yaml")
+        calibration_profiles.load(tmp_path / "missing.yaml")
 
 
 def test_profile_for_another_model_needs_force(tmp_path):
-    profile = profiles.load(profiles.save(sample_profile("a" * 64), tmp_path / "p.yaml"))
+    profile = calibration_profiles.load(calibration_profiles.save(sample_profile("a" * 64), tmp_path / "p.yaml"))
     with pytest.raises(UserError, match="--force"):
-        profiles.check_matches(profile, "b" * 64, "other", force=False)
-    profiles.check_matches(profile, "b" * 64, "other", force=True)
+        calibration_profiles.check_matches(profile, "b" * 64, "other", force=False)
+    calibration_profiles.check_matches(profile, "b" * 64, "other", force=True)
 
 
 def test_lookup_prefers_user_directory(tmp_path, monkeypatch):
     user, shipped = tmp_path / "user", tmp_path / "shipped"
     monkeypatch.setenv("MARS_PROFILES", str(user))
-    monkeypatch.setattr(profiles, "SHIPPED_DIR", shipped)
-    profiles.save(sample_profile("c" * 64), shipped / "c.yaml")
-    assert profiles.find_for("c" * 64).path == shipped / "c.yaml"
+    monkeypatch.setattr(calibration_profiles, "SHIPPED_DIR", shipped)
+    calibration_profiles.save(sample_profile("c" * 64), shipped / "c.yaml")
+    assert calibration_profiles.find_for("c" * 64).path == shipped / "c.yaml"
     user_data = sample_profile("c" * 64)
     user_data["thresholds"]["logit-ratio"] = 0.97
-    profiles.save(user_data, user / "mine.yaml")
+    calibration_profiles.save(user_data, user / "mine.yaml")
     (user / "broken.yaml").write_text("::: not yaml :::\n")
-    found = profiles.find_for("c" * 64)
+    found = calibration_profiles.find_for("c" * 64)
     assert found.path == user / "mine.yaml" and found.threshold("logit-ratio") == 0.97
-    assert profiles.find_for("d" * 64) is None
+    assert calibration_profiles.find_for("d" * 64) is None
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -168,7 +169,7 @@ def test_calibrate_then_generate_picks_up_the_profile(capsys, tmp_path, monkeypa
                  "--objective", "rate=0.25", "--out", str(out), "--device", "cpu", "--json"])
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
-    profile = profiles.load(out)
+    profile = calibration_profiles.load(out)
     assert printed["thresholds"] == profile.data["thresholds"]
     assert profile.data["samples"] == 120 and profile.data["objective"] == {"kind": "rate", "value": 0.25}
     assert "--seed 3" in profile.data["command"]
@@ -178,7 +179,7 @@ def test_calibrate_then_generate_picks_up_the_profile(capsys, tmp_path, monkeypa
     main(["calibrate", "--target", str(tiny_dir), "--samples", "120", "-n", "12", "--seed", "3",
           "--objective", "rate=0.25", "--out", str(again), "--device", "cpu", "--json"])
     capsys.readouterr()
-    assert profiles.load(again).data["thresholds"] == profile.data["thresholds"]
+    assert calibration_profiles.load(again).data["thresholds"] == profile.data["thresholds"]
 
     code = main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "-n", "5", "--json",
                  "--device", "cpu"])
@@ -193,13 +194,45 @@ def test_calibrate_then_generate_picks_up_the_profile(capsys, tmp_path, monkeypa
 
 
 def test_profile_for_another_model_is_refused_by_generate(capsys, tmp_path, tiny_dir):
-    path = profiles.save(sample_profile("e" * 64), tmp_path / "other.yaml")
-    code = main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--profile", str(path),
+    path = calibration_profiles.save(sample_profile("e" * 64), tmp_path / "other.yaml")
+    code = main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--calibration", str(path),
                  "-n", "3", "--device", "cpu"])
     assert code == 2 and "--force" in capsys.readouterr().err
-    code = main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--profile", str(path),
+    code = main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--calibration", str(path),
                  "--force", "-n", "3", "--device", "cpu", "--json"])
     assert code == 0 and json.loads(capsys.readouterr().out)["config"]["threshold"] == 0.93
+
+
+@pytest.mark.parametrize("command", ["profile", "eval"])
+def test_force_lets_profile_and_eval_use_a_profile_for_another_model(capsys, tmp_path, tiny_dir, command):
+    path = calibration_profiles.save(sample_profile("e" * 64), tmp_path / "other.yaml")
+    suite = tmp_path / "one.jsonl"
+    suite.write_text('{"prompt": "abc abc"}\n')
+    own = {"profile": ["profile", "abc abc", "--verify", "mars"],
+           "eval": ["eval", "--suite", str(suite), "--limit", "1", "--methods", "mars"]}[command]
+    args = [*own, "--target", str(tiny_dir), "--calibration", str(path), "-n", "2", "--device", "cpu", "--json"]
+    assert main(args) == 2 and "--force" in capsys.readouterr().err
+    code = main([*args, "--force"])
+    result = json.loads(capsys.readouterr().out)
+    used = result["margins"] if command == "profile" else result["methods"]["mars"]
+    assert code == 0 and used["threshold"] == 0.93
+
+
+def test_old_profile_flag_is_a_hidden_alias_of_calibration(capsys, tmp_path, tiny_dir):
+    path = calibration_profiles.save(sample_profile("e" * 64), tmp_path / "other.yaml")
+    base = ["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--force", "-n", "3",
+            "--device", "cpu", "--json"]
+    code = main([*base, "--profile", str(path)])
+    captured = capsys.readouterr()
+    config = json.loads(captured.out)["config"]
+    assert code == 0 and config["calibration"] == str(path) and config["threshold_source"] == str(path)
+    assert "--calibration" in captured.err  # a one-line notice of the new name
+    code = main([*base, "--profile", str(path), "--calibration", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--calibration" in err
+    assert main(["generate", "--help"]) == 0
+    shown = capsys.readouterr().out
+    assert "--calibration" in shown and "--profile" not in shown
 
 
 def test_calibrate_refuses_unwritable_out_before_sampling(capsys, tmp_path, tiny_dir):
@@ -212,8 +245,8 @@ def test_calibrate_refuses_unwritable_out_before_sampling(capsys, tmp_path, tiny
 def test_shipped_profile_loads_and_is_used(capsys, name):
     from mars_cli.models import load_model
 
-    shipped = profiles.SHIPPED_DIR / f"{name}.yaml"
-    profile = profiles.load(shipped)
+    shipped = calibration_profiles.SHIPPED_DIR / f"{name}.yaml"
+    profile = calibration_profiles.load(shipped)
     assert profile.fingerprint == load_model(name, device="cpu").fingerprint
     code = main(["generate", "What is 2+2?", "--target", name, "--verify", "mars", "--draft", "ngram", "-n", "8",
                  "--json"])

@@ -118,7 +118,7 @@ def test_draft_with_other_vocabulary_is_refused(capsys, tiny_dir, tiny_other_voc
 def test_help_documents_every_flag(capsys):
     code, out, _ = run_cli(capsys, "generate", "--help")
     assert code == 0
-    for flag in ("--target", "--draft", "--verify", "--threshold", "--margin", "--profile", "--num-draft",
+    for flag in ("--target", "--draft", "--verify", "--threshold", "--margin", "--calibration", "--num-draft",
                  "--max-new-tokens", "--temperature", "--top-p", "--top-k", "--seed", "--device", "--dtype",
                  "--device-map", "--json", "--stats", "--raw", "--stop", "--trust-remote-code"):
         assert flag in out, flag
@@ -134,3 +134,29 @@ def test_console_script_runs_as_a_real_process(tiny_dir):
     bad = subprocess.run([str(script), "generate", "hi", "--top-p", "2"], capture_output=True, text=True,
                          env=env, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_options_route_flat_names_to_their_groups():
+    from mars_cli.options import DecodingOptions
+
+    options = DecodingOptions.of(target="t", draft="ngram", verify="mars", temperature=0.5, stop=["x"], raw=True)
+    assert (options.model.target, options.drafting.draft, options.verification.verify) == ("t", "ngram", "mars")
+    assert options.sampling.params.temperature == 0.5 and options.stop == ("x",) and options.raw
+    changed = options.replace(draft="none", threshold=0.8)
+    assert changed.drafting.draft == "none" and changed.verification.threshold == 0.8
+    assert changed.flat() == {**options.flat(), "draft": "none", "threshold": 0.8}
+    with pytest.raises(TypeError, match="profile"):
+        DecodingOptions.of(profile="old.yaml")
+
+
+def test_commands_keep_their_own_defaults_and_flags():
+    import typer
+
+    from mars_cli.cli import app
+
+    commands = typer.main.get_command(app).commands
+    flags = {name: {p.name: p for p in command.params} for name, command in commands.items()}
+    assert [flags[name]["draft"].default for name in ("generate", "profile", "eval")] == ["none", "ngram", "ngram"]
+    assert "verify" not in flags["eval"] and "force" in flags["eval"] and "force" in flags["profile"]
+    assert flags["calibrate"]["temperature"].default == 1.0 and "device_map" not in flags["calibrate"]
+    assert flags["train-head"]["max_new_tokens"].default == 256 and "num_draft" in flags["train-head"]

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mars_cli.cli import main
-from mars_cli.runner import DecodingOptions, Session
+from mars_cli.options import DecodingOptions
+from mars_cli.session import Session
 
 pytestmark = pytest.mark.embedded
 
@@ -30,7 +31,7 @@ def test_generate_cli_matches_transformers_greedy(capsys, smollm2):
     code = main(["generate", PROMPTS[0], "--json", "-n", "24"])
     payload = json.loads(capsys.readouterr().out)
     assert code == 0
-    session = Session(DecodingOptions(max_new_tokens=24), target=smollm2)
+    session = Session(DecodingOptions.of(max_new_tokens=24), target=smollm2)
     expected = hf_greedy(smollm2, session.encode(PROMPTS[0]), 24)
     assert payload["token_ids"] == expected
     assert "Paris" in payload["text"]
@@ -41,7 +42,7 @@ def test_generate_cli_matches_transformers_greedy(capsys, smollm2):
 @pytest.mark.parametrize("draft", ["ngram", "head"])
 def test_strict_speculative_output_is_lossless(smollm2, draft):
     for prompt in PROMPTS:
-        session = Session(DecodingOptions(draft=draft, max_new_tokens=40), target=smollm2)
+        session = Session(DecodingOptions.of(draft=draft, max_new_tokens=40), target=smollm2)
         ids = session.encode(prompt)
         assert session.run(ids).token_ids == hf_greedy(smollm2, ids, 40), prompt
 
@@ -50,7 +51,7 @@ def test_mars_accepts_more_per_round_than_strict(smollm2):
     tau = {}
     for rule in ("strict", "mars"):
         # the paper's theta: the shipped profile's is conservative under greedy decoding
-        session = Session(DecodingOptions(draft="ngram", verify=rule, threshold=0.9, max_new_tokens=60),
+        session = Session(DecodingOptions.of(draft="ngram", verify=rule, threshold=0.9, max_new_tokens=60),
                           target=smollm2)
         rounds = tokens = 0
         for prompt in PROMPTS:
@@ -64,7 +65,7 @@ def test_mars_accepts_more_per_round_than_strict(smollm2):
 def test_shipped_head_matches_the_embedded_model_and_drafts_well(smollm2):
     """The shipped head is found by fingerprint and its drafts are accepted far more often than
     chance: a guard against shipping a head trained for other weights or broken by a refactor."""
-    session = Session(DecodingOptions(draft="head", max_new_tokens=60), target=smollm2)
+    session = Session(DecodingOptions.of(draft="head", max_new_tokens=60), target=smollm2)
     assert session.config()["drafter"] == "head" and session.config()["draft_head"].endswith("smollm2-135m.safetensors")
     rounds = tokens = 0
     for prompt in PROMPTS:

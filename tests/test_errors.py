@@ -84,12 +84,12 @@ def test_pickle_checkpoint_loads_with_explicit_flag(capsys, files):
      (["--top-p", "0"], "--top-p"), (["--top-p", "1.01"], "--top-p"), (["--top-k", "-1"], "--top-k"),
      (["--num-draft", "0"], "--num-draft"), (["--num-draft", "100000"], "--num-draft"),
      (["--max-new-tokens", "0"], "--max-new-tokens"), (["--max-new-tokens", "100000"], "context window"),
-     (["--profile", "bad_yaml"], "not valid YAML"), (["--profile", "empty_yaml"], "YAML mapping"),
-     (["--profile", "missing.yaml"], "profile not found")],
+     (["--calibration", "bad_yaml"], "not valid YAML"), (["--calibration", "empty_yaml"], "YAML mapping"),
+     (["--calibration", "missing.yaml"], "profile not found")],
 )
 def test_bad_decoding_flags_in_every_command(capsys, files, tiny_dir, command, flags, expected):
     flags = [str(files[f]) if f in files else f for f in flags]
-    if "--profile" in flags:
+    if "--calibration" in flags:
         flags = flags + ["--verify", "mars"] if command != "eval" else flags
     args = [command] + (["hello"] if command == "generate" else []) + ["--target", str(tiny_dir), *flags, *MODEL]
     one_line_error(capsys, args, expected)
@@ -145,7 +145,7 @@ def test_debug_shows_the_traceback(tiny_dir):
 # ----------------------------------------------------------------------------- interrupts
 def test_ctrl_c_during_generate_keeps_the_text_and_exits_130(capsys, monkeypatch, tiny_dir):
     """Ctrl-C arrives as KeyboardInterrupt in the middle of decoding (after some rounds)."""
-    from mars_cli.runner import Session
+    from mars_cli.session import Session
 
     real_stream = Session.stream
 
@@ -164,12 +164,12 @@ def test_ctrl_c_during_generate_keeps_the_text_and_exits_130(capsys, monkeypatch
 
 
 def test_calibrate_resume_gives_the_same_profile(capsys, tmp_path, tiny_dir, monkeypatch):
-    from mars_cli import profiles
+    from mars_cli import calibration_profiles
 
     args = ["calibrate", "--target", str(tiny_dir), "--samples", "90", "-n", "10", "--seed", "5", *MODEL]
     main([*args, "--out", str(tmp_path / "whole.yaml")])
     calls = {"n": 0}
-    original_run = __import__("mars_cli.runner", fromlist=["Session"]).Session.run
+    original_run = __import__("mars_cli.session", fromlist=["Session"]).Session.run
 
     def interrupted_run(self, *a, **k):
         calls["n"] += 1
@@ -177,15 +177,15 @@ def test_calibrate_resume_gives_the_same_profile(capsys, tmp_path, tiny_dir, mon
             raise KeyboardInterrupt
         return original_run(self, *a, **k)
 
-    monkeypatch.setattr("mars_cli.runner.Session.run", interrupted_run)
+    monkeypatch.setattr("mars_cli.session.Session.run", interrupted_run)
     out = tmp_path / "resumed.yaml"
     assert main([*args, "--out", str(out)]) == 130
     assert not out.exists() and (tmp_path / "resumed.yaml.partial.json").exists()
-    monkeypatch.setattr("mars_cli.runner.Session.run", original_run)
+    monkeypatch.setattr("mars_cli.session.Session.run", original_run)
     assert main([*args, "--out", str(out), "--resume"]) == 0
     capsys.readouterr()
     assert not (tmp_path / "resumed.yaml.partial.json").exists()
-    whole, resumed = profiles.load(tmp_path / "whole.yaml").data, profiles.load(out).data
+    whole, resumed = calibration_profiles.load(tmp_path / "whole.yaml").data, calibration_profiles.load(out).data
     assert resumed["thresholds"] == whole["thresholds"] and resumed["quantiles"] == whole["quantiles"]
 
 

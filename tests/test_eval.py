@@ -229,9 +229,9 @@ def test_multi_turn_jsonl_runs_turn_by_turn(capsys, tmp_path, tiny_dir):
 
 def test_methods_share_one_loaded_draft_model(tiny_target, tiny_draft_dir):
     from mars_cli.evaluation.runner import build_sessions
-    from mars_cli.runner import DecodingOptions
+    from mars_cli.options import DecodingOptions
 
-    base = DecodingOptions(target=str(tiny_target.spec), draft=str(tiny_draft_dir), device="cpu", max_new_tokens=4)
+    base = DecodingOptions.of(target=str(tiny_target.spec), draft=str(tiny_draft_dir), device="cpu", max_new_tokens=4)
     sessions = build_sessions(base, parse_methods("strict,mars", [0.9]), tiny_target)
     drafts = {name: session.draft_model for name, session in sessions.items()}
     assert drafts["vanilla"] is None

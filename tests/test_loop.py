@@ -12,6 +12,7 @@ from mars_cli.decoding.drafters import Draft, Drafter, ModelDrafter, NgramDrafte
 from mars_cli.decoding.loop import DecodeSettings, decode, make_generator
 from mars_cli.decoding.sampling import SamplingParams
 from mars_cli.decoding.stats import DecodeStats
+from mars_cli.decoding.target import TargetScorer
 from mars_cli.decoding.verifiers import Verifier
 from mars_cli.errors import UserError
 from mars_cli.models import load_model
@@ -30,7 +31,8 @@ def hf_greedy(target, prompt: list[int], max_new: int, eos: int | None = EOS_ID)
 
 def run(target, drafter, prompt, max_new, k=4, verifier=Verifier("strict"), generator=None, stats=None):
     tokens: list[int] = []
-    for chunk in decode(target, drafter, verifier, prompt, DecodeSettings(max_new, k), generator, stats):
+    scorer = TargetScorer(target, drafter.feature_layers)
+    for chunk in decode(scorer, drafter, verifier, prompt, DecodeSettings(max_new, k), generator, stats):
         tokens.extend(chunk)
     return tokens
 
@@ -148,7 +150,8 @@ def test_stop_strings_end_generation(tiny_target):
     tokens: list[int] = []
     stats = DecodeStats()
     settings = DecodeSettings(30, 4, (stop,))
-    for chunk in decode(tiny_target, NgramDrafter(tiny_target.device), Verifier(), prompt, settings, None, stats):
+    for chunk in decode(TargetScorer(tiny_target), NgramDrafter(tiny_target.device), Verifier(), prompt, settings,
+                        None, stats):
         tokens.extend(chunk)
     assert stop in tiny_target.tokenizer.decode(tokens)
     assert tokens == free_run[: len(tokens)] and stats.finish_reason in ("stop_string", "eos")
@@ -213,16 +216,14 @@ def test_model_drafter_rolls_back_its_cache(tiny_target, tiny_draft):
 def test_padded_rounds_feed_k_plus_one_and_change_nothing(tiny_target, monkeypatch):
     """Short drafts are padded to k + 1 target positions (cheaper on CPU than odd widths); the
     padding is scored and dropped, so tokens and stats are those of the unpadded loop."""
-    import dataclasses
-
     from mars_cli.decoding import kv
 
     widths: list[int] = []
     original = kv.KVCache.forward
 
-    def spy(self, input_ids, hidden=False):
+    def spy(self, input_ids, hidden=False, **extra):
         widths.append(input_ids.shape[1])
-        return original(self, input_ids, hidden)
+        return original(self, input_ids, hidden, **extra)
 
     monkeypatch.setattr(kv.KVCache, "forward", spy)
     prompt = [5, 9, 14, 20, 5, 9, 14]
@@ -231,10 +232,11 @@ def test_padded_rounds_feed_k_plus_one_and_change_nothing(tiny_target, monkeypat
     for pad in (True, False):
         widths.clear()
         stats = DecodeStats()
-        settings = dataclasses.replace(DecodeSettings(30, 4), pad_drafts=pad)
+        settings = DecodeSettings(30, 4)
         tokens = []
         drafter = ShortScriptedDrafter(len(prompt), expected, len(tiny_target.tokenizer), wrong_share=0.3)
-        for chunk in decode(tiny_target, drafter, Verifier("strict"), prompt, settings, None, stats):
+        scorer = TargetScorer(tiny_target, pad_drafts=pad)
+        for chunk in decode(scorer, drafter, Verifier("strict"), prompt, settings, None, stats):
             tokens.extend(chunk)
         results[pad] = (tokens, stats.drafted, stats.accepted, stats.rounds, list(widths[1:]))
     assert results[True][:4] == results[False][:4] and results[True][0] == expected

@@ -77,7 +77,8 @@ def test_device_map_auto_path_decodes_like_plain_load(tiny_dir, tiny_target, mon
     """On one CPU accelerate places everything on it; the test checks the path end to end."""
     from transformers import AutoModelForCausalLM
 
-    from mars_cli.runner import DecodingOptions, Session
+    from mars_cli.options import DecodingOptions
+    from mars_cli.session import Session
 
     seen = {}
     original = AutoModelForCausalLM.from_pretrained.__func__
@@ -90,7 +91,7 @@ def test_device_map_auto_path_decodes_like_plain_load(tiny_dir, tiny_target, mon
     mapped = load_model(str(tiny_dir), device="cpu", device_map="auto")
     assert seen.get("device_map") == "auto"
     assert mapped.device.type == "cpu" and mapped.output_device.type == "cpu"
-    options = DecodingOptions(target=str(tiny_dir), max_new_tokens=12, device="cpu")
+    options = DecodingOptions.of(target=str(tiny_dir), max_new_tokens=12, device="cpu")
     a = Session(options, target=mapped).run([4, 5, 6]).token_ids
     b = Session(options, target=tiny_target).run([4, 5, 6]).token_ids
     assert a == b

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from mars_cli.decoding.sampling import SamplingParams, process_logits
 from mars_cli.decoding.verifiers import (
+    TopTwoRecorder,
     Verifier,
     logit_ratio,
     prob_ratio,
@@ -61,38 +62,54 @@ def test_masked_runner_up_has_no_margin():
 def test_strict_greedy_accepts_matching_prefix_and_corrects():
     logits = rows([0, 5, 1], [4, 0, 1], [0, 1, 6], [3, 0, 0])
     verdict = STRICT.verify(logits, torch.tensor([1, 0, 1]))
-    assert (verdict.accepted, verdict.next_token) == (2, 2)
+    assert (verdict.num_accepted, verdict.next_token) == (2, 2)
     verdict = STRICT.verify(logits, torch.tensor([1, 0, 2]))
-    assert (verdict.accepted, verdict.next_token) == (3, 0)  # bonus token from the last row
+    assert (verdict.num_accepted, verdict.next_token) == (3, 0)  # bonus token from the last row
+
+
+def test_a_chain_verdict_names_the_accepted_prefix_positions():
+    logits = rows([0, 5, 1], [4, 0, 1], [0, 1, 6], [3, 0, 0])
+    assert STRICT.verify(logits, torch.tensor([1, 0, 1])).accepted_positions == [0, 1]
+    assert mars(0.5).verify(logits, torch.tensor([1, 0, 2])).accepted_positions == [0, 1, 2]
+    assert STRICT.verify(logits, torch.tensor([2, 0, 2])).accepted_positions == []
+
+
+def test_top_two_recorder_keeps_every_emitted_position_in_order():
+    recorder = TopTwoRecorder()
+    assert [t.numel() for t in recorder.values()] == [0, 0]
+    recorder(rows([1.0, 3.0, 2.0], [5.0, 5.0, 0.0]))
+    recorder(rows([0.5, -1.0, 0.25]))
+    z1, z2 = recorder.values()
+    assert z1.tolist() == [3.0, 5.0, 0.5] and z2.tolist() == [2.0, 5.0, 0.25]
 
 
 def test_mars_greedy_accepts_runner_up_only_when_low_margin():
     # position 0: z = (10, 9.5) -> r = 0.95 (low margin); position 1: (10, 5) -> r = 0.5
     logits = rows([10, 9.5, 0], [5, 10, 0], [0, 0, 1])
     verdict = mars(0.9).verify(logits, torch.tensor([1, 0]))
-    assert verdict.accepted == 1 and verdict.next_token == 1 and verdict.relaxed == 1
+    assert verdict.num_accepted == 1 and verdict.next_token == 1 and verdict.relaxed == 1
     assert verdict.examined == 2 and verdict.low_margin == 1
     assert verdict.margins.tolist() == pytest.approx([0.95, 0.5])
-    assert STRICT.verify(logits, torch.tensor([1, 0])).accepted == 0
+    assert STRICT.verify(logits, torch.tensor([1, 0])).num_accepted == 0
 
 
 def test_mars_greedy_never_accepts_third_choice():
     logits = rows([10, 9.9, 9.8], [1, 0, 0])
     verdict = mars(0.5).verify(logits, torch.tensor([2]))
-    assert verdict.accepted == 0 and verdict.next_token == 0
+    assert verdict.num_accepted == 0 and verdict.next_token == 0
 
 
 def test_mars_greedy_tie_counts_as_low_margin():
     logits = rows([3, 3, 0], [1, 0, 0])
     verdict = mars(0.99).verify(logits, torch.tensor([1]))
-    assert verdict.accepted == 1 and verdict.relaxed == 1
+    assert verdict.num_accepted == 1 and verdict.relaxed == 1
 
 
 def test_mars_greedy_negative_top1_is_never_relaxed_by_logit_ratio():
     logits = rows([-1.0, -1.01, -5], [1, 0, 0])
-    assert mars(0.9).verify(logits, torch.tensor([1])).accepted == 0
+    assert mars(0.9).verify(logits, torch.tensor([1])).num_accepted == 0
     # the shift-invariant measure does relax it: p2/p1 = exp(-0.01)
-    assert mars(0.9, "prob-ratio").verify(logits, torch.tensor([1])).accepted == 1
+    assert mars(0.9, "prob-ratio").verify(logits, torch.tensor([1])).num_accepted == 1
 
 
 def test_mars_sampling_never_accepts_a_masked_runner_up():
@@ -102,12 +119,12 @@ def test_mars_sampling_never_accepts_a_masked_runner_up():
     generator = torch.Generator().manual_seed(0)
     for _ in range(50):
         verdict = mars(1e-6, "prob-ratio", sampling).verify(logits, torch.tensor([1]), None, generator)
-        assert verdict.accepted == 0 and verdict.next_token == 0
+        assert verdict.num_accepted == 0 and verdict.next_token == 0
 
 
 def test_empty_draft_is_one_plain_step():
     verdict = STRICT.verify(rows([0, 2, 1]), torch.empty(0, dtype=torch.long))
-    assert (verdict.accepted, verdict.next_token, verdict.examined) == (0, 1, 0)
+    assert (verdict.num_accepted, verdict.next_token, verdict.examined) == (0, 1, 0)
 
 
 def test_nan_logits_are_refused():
@@ -125,7 +142,7 @@ def test_sampling_mars_accepts_top_two_deterministically_at_low_margin():
     logits = rows([10.0, 9.9, -20], [0, 0, 0])
     generator = torch.Generator().manual_seed(1)
     outcomes = [mars(0.9, sampling=sampling).verify(logits, torch.tensor([1]), None, generator) for _ in range(40)]
-    assert all(v.accepted == 1 for v in outcomes)
+    assert all(v.num_accepted == 1 for v in outcomes)
     assert sum(v.relaxed for v in outcomes) > 0
 
 
@@ -133,7 +150,7 @@ def test_sampling_mars_outside_top_two_uses_strict_rule():
     sampling = SamplingParams(1.0)
     logits = rows([10.0, 9.9, 9.8, -50], [0, 0, 0, 0])
     generator = torch.Generator().manual_seed(2)
-    accepted = [mars(0.5, sampling=sampling).verify(logits, torch.tensor([3]), None, generator).accepted
+    accepted = [mars(0.5, sampling=sampling).verify(logits, torch.tensor([3]), None, generator).num_accepted
                 for _ in range(40)]
     assert accepted == [0] * 40  # p(x) ~ e^-60: strict rejects, MARS may not rescue rank 4
 
@@ -162,7 +179,7 @@ def test_strict_sampling_first_token_matches_target_distribution(with_q):
         drafts = torch.multinomial(q, 1, generator=generator)[:, 0] if with_q else \
             torch.randint(vocab, (k,), generator=generator)
         verdict = verifier.verify(target_logits, drafts, q if with_q else None, generator)
-        first = drafts[0].item() if verdict.accepted >= 1 else verdict.next_token
+        first = drafts[0].item() if verdict.num_accepted >= 1 else verdict.next_token
         counts[first] += 1
     tv = 0.5 * (counts / draws - p0).abs().sum().item()
     # E[TV] <= 0.5 * sum sqrt(p(1-p)/n) ~ 0.01 here; 0.03 leaves room but catches a wrong rule
@@ -198,7 +215,7 @@ def test_mars_with_unreachable_threshold_equals_strict_greedy(case, measure):
     logits = logits + torch.arange(logits.shape[1]) * 1e-3
     strict = STRICT.verify(logits, drafts)
     relaxed = mars(1.0, measure).verify(logits, drafts)
-    assert (strict.accepted, strict.next_token) == (relaxed.accepted, relaxed.next_token)
+    assert (strict.num_accepted, strict.next_token) == (relaxed.num_accepted, relaxed.next_token)
     assert relaxed.relaxed == 0
 
 
@@ -213,7 +230,7 @@ def test_mars_with_unreachable_threshold_equals_strict_sampling(case, measure, s
     theta = 1.0
     a = Verifier("strict", sampling=sampling).verify(logits, drafts, None, torch.Generator().manual_seed(seed))
     b = mars(theta, measure, sampling).verify(logits, drafts, None, torch.Generator().manual_seed(seed))
-    assert (a.accepted, a.next_token) == (b.accepted, b.next_token)
+    assert (a.num_accepted, a.next_token) == (b.num_accepted, b.next_token)
 
 
 @settings(max_examples=300, deadline=None)
@@ -222,18 +239,18 @@ def test_mars_greedy_only_rescues_top_two_and_never_accepts_less(case, theta, me
     logits, drafts = case
     strict = STRICT.verify(logits, drafts)
     verdict = mars(theta, measure).verify(logits, drafts)
-    assert verdict.accepted >= strict.accepted
+    assert verdict.num_accepted >= strict.num_accepted
     top1, top2, _, z2 = top_two(logits)
-    for position in range(verdict.accepted):
+    for position in range(verdict.num_accepted):
         token = drafts[position].item()
         assert token in (top1[position].item(), top2[position].item())
         if token != top1[position].item():
             assert torch.isfinite(z2[position])
     assert verdict.relaxed == sum(
-        int(drafts[i].item() != top1[i].item()) for i in range(verdict.accepted)
+        int(drafts[i].item() != top1[i].item()) for i in range(verdict.num_accepted)
     )
-    if verdict.accepted < drafts.shape[0]:
-        assert verdict.next_token == top1[verdict.accepted].item()
+    if verdict.num_accepted < drafts.shape[0]:
+        assert verdict.next_token == top1[verdict.num_accepted].item()
 
 
 @settings(max_examples=200, deadline=None)
@@ -244,9 +261,9 @@ def test_sampling_rules_emit_only_tokens_the_target_allows(case, theta, seed, sa
     processed = process_logits(logits, sampling)
     for verifier in (Verifier("strict", sampling=sampling), mars(theta, "prob-ratio", sampling)):
         verdict = verifier.verify(logits, drafts, None, torch.Generator().manual_seed(seed))
-        assert 0 <= verdict.accepted <= drafts.shape[0]
-        assert torch.isfinite(processed[verdict.accepted, verdict.next_token])
-        for position in range(verdict.accepted):
+        assert 0 <= verdict.num_accepted <= drafts.shape[0]
+        assert torch.isfinite(processed[verdict.num_accepted, verdict.next_token])
+        for position in range(verdict.num_accepted):
             assert torch.isfinite(processed[position, drafts[position]])
 
 
@@ -278,5 +295,5 @@ def test_fuzz_rules_never_emit_garbage(vocab, k, data, inject_nan, rule, measure
         assert broken
         return
     assert not broken
-    assert 0 <= verdict.accepted <= k and 0 <= verdict.next_token < vocab
-    assert torch.isfinite(processed[verdict.accepted, verdict.next_token]) or sampling.greedy
+    assert 0 <= verdict.num_accepted <= k and 0 <= verdict.next_token < vocab
+    assert torch.isfinite(processed[verdict.num_accepted, verdict.next_token]) or sampling.greedy

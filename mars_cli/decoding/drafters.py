@@ -3,9 +3,9 @@
 Protocol: `reset()` before a new sequence; `propose(history, k)` returns up to k tokens (and
 their distribution q when the drafter has one); `commit(length)` tells the drafter that only
 the first `length` tokens of the history are final, so it forgets anything cached past them.
-A drafter that reads the target's features (the draft head) sets `needs_features`; the loop
-then hands it the target's last hidden states of every position that enters the target's
-cache, from the forward passes that run anyway.
+A drafter that reads the target's features (the draft head) names the hidden-state layers it
+reads in `feature_layers`; the scorer then hands it the target's features of every position
+that enters the target's cache, from the forward passes that run anyway.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 from ..errors import UserError
 from ..models import LoadedModel
 from .kv import KVCache
+from .target import FeatureLayers
 from .sampling import SamplingParams, probabilities, process_logits, sample
 
 
@@ -26,13 +27,18 @@ class Draft:
     tokens: torch.Tensor  # [k'] long, on the target's device
     probs: torch.Tensor | None = None  # [k', V]: the drafter's q, None for one-hot drafters
 
+    @classmethod
+    def empty(cls, device: torch.device) -> "Draft":
+        """No proposal: the round is a plain step of the target."""
+        return cls(torch.empty(0, dtype=torch.long, device=device))
+
 
 class Drafter(ABC):
     """The protocol. Only `propose` is required; the rest default to doing nothing, which is
     right for drafters that keep no state between rounds."""
 
     name = "drafter"
-    needs_features = False
+    feature_layers: FeatureLayers = ()  # target hidden states read (see target.select_features)
     generator: torch.Generator | None = None  # reseeded per sequence by Session when it samples
 
     def reset(self) -> None:
@@ -43,7 +49,8 @@ class Drafter(ABC):
         """Up to k tokens to follow `history` (CPU, prompt + emitted tokens)."""
 
     def observe_features(self, hidden: torch.Tensor) -> None:
-        """Target's last hidden states [n, H] for the next n positions of its cache."""
+        """The target's features [n, F] (its `feature_layers`, concatenated) for the next n
+        positions of its cache, in order."""
 
     def commit(self, length: int) -> None:
         """Only the first `length` tokens of the history are final."""
@@ -55,7 +62,7 @@ class NoDrafter(Drafter):
     name = "none"
 
     def __init__(self, device: torch.device) -> None:
-        self._empty = Draft(torch.empty(0, dtype=torch.long, device=device))
+        self._empty = Draft.empty(device)
 
     def propose(self, history: torch.Tensor, k: int) -> Draft:
         return self._empty
@@ -87,7 +94,7 @@ class NgramDrafter(Drafter):
                 proposal = history[start : start + k]
                 if proposal.numel():
                     return Draft(proposal.to(self.device))
-        return Draft(torch.empty(0, dtype=torch.long, device=self.device))
+        return Draft.empty(self.device)
 
 
 def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
@@ -142,6 +149,6 @@ class ModelDrafter(Drafter):
             tokens.append(token)
             feed = token.reshape(1, 1)
         if not tokens:
-            return Draft(torch.empty(0, dtype=torch.long, device=self.draft.device))
+            return Draft.empty(self.draft.device)
         probs = torch.stack(rows) if rows else None
         return Draft(torch.stack(tokens), probs)

@@ -1,8 +1,10 @@
-"""The speculative decoding loop: draft -> score -> verify -> roll back.
+"""The speculative decoding loop: draft -> score -> verify -> keep.
 
-The loop never decides acceptance (the verifier does) and never touches a cache object
-directly (kv.KVCache does). Plain decoding is the same loop with a drafter that proposes
-nothing, so every speedup is measured against exactly this code.
+Three owners, as in vLLM's proposer / scorer / rejection sampler: the drafter proposes, the
+scorer (target.TargetScorer) runs the target and owns its cache, the verifier decides which
+drafts stand. The loop itself keeps the budget, stopping rules and statistics. Plain decoding
+is the same loop with a drafter that proposes nothing, so every speedup is measured against
+exactly this code.
 
 Invariant at the top of each round: `history` holds prompt + emitted tokens; the target cache
 holds all of them but the last (`pending`), which is fed together with the drafts.
@@ -15,10 +17,9 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from ..models import LoadedModel
 from .drafters import Drafter
-from .kv import KVCache
 from .stats import DecodeStats, PhaseClock
+from .target import TargetScorer
 from .verifiers import Verifier
 
 
@@ -30,9 +31,6 @@ class DecodeSettings:
     record_margins: bool = True
     time_phases: bool = True  # per-phase laps; off only to measure their own cost
     ignore_eos: bool = False  # keep going past EOS (soak tests and fixed-length benchmarks)
-    # Feed the target k + 1 positions whenever a round has any draft, padding short drafts: a
-    # forward's cost on CPU depends on its width unevenly (docs/head.md), two widths are cheaper.
-    pad_drafts: bool = True
 
 
 def make_generator(device: torch.device, seed: int | None) -> torch.Generator:
@@ -46,7 +44,7 @@ def make_generator(device: torch.device, seed: int | None) -> torch.Generator:
 
 @torch.inference_mode()
 def decode(
-    target: LoadedModel,
+    scorer: TargetScorer,
     drafter: Drafter,
     verifier: Verifier,
     prompt_ids: Sequence[int],
@@ -58,7 +56,7 @@ def decode(
     """Yield the tokens emitted by each round; fill `stats` as it goes. `observe`, if given,
     receives the target's raw logits at the positions whose tokens were emitted ([m, V])."""
     stats = stats if stats is not None else DecodeStats()
-    device = target.device
+    target = scorer.target
     prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long)
     if prompt.numel() == 0:
         raise ValueError("the prompt has no tokens")
@@ -71,15 +69,12 @@ def decode(
     stop_checker = _StopStrings(target.tokenizer, settings.stop_strings, length)
     stats.prompt_tokens = length
 
-    clock = PhaseClock(device, settings.time_phases)
-    cache = KVCache(target.model)
+    clock = PhaseClock(target.device, settings.time_phases)
     drafter.reset()
-    features = drafter.needs_features
-    if length > 1:
-        output = cache.forward(prompt[None, :-1].to(device), hidden=features)
-        if features:
-            drafter.observe_features(output.hidden_states[-1][0])
-    pending = prompt[-1:].to(device)
+    features = scorer.start(prompt[:-1])
+    if features is not None:
+        drafter.observe_features(features)
+    pending = prompt[-1:].to(target.device)
     clock.lap("prefill")
 
     produced = 0
@@ -90,15 +85,12 @@ def decode(
             room = min(room, window - length - 1)
         k = max(0, min(settings.num_draft, room))
         draft = drafter.propose(history[:length], k) if k else None
-        draft_tokens = draft.tokens[:k].to(device) if draft else pending[:0]
+        draft_tokens = draft.tokens[:k].to(target.device) if draft else pending[:0]
         draft_probs = draft.probs[:k] if draft and draft.probs is not None else None
         clock.lap("draft")
 
-        feed = torch.cat([pending, draft_tokens])
-        if settings.pad_drafts and 0 < draft_tokens.numel() < k:  # padding is scored, then dropped
-            feed = torch.cat([feed, pending.expand(k - draft_tokens.numel())])
-        output = cache.forward(feed[None], hidden=features)
-        logits = output.logits[0, : 1 + draft_tokens.numel()]
+        scored = scorer.score(pending, draft_tokens, width=k + 1)
+        logits = scored.logits
         clock.lap("target")
 
         on_logits = logits.device
@@ -108,39 +100,37 @@ def decode(
             None if draft_probs is None else draft_probs.to(on_logits),
             generator,
         )
-        n = verdict.accepted
-        emitted = draft_tokens[:n].tolist() + [verdict.next_token]
+        accepted = verdict.accepted_positions
+        drafted = draft_tokens.tolist()
+        emitted = [drafted[i] for i in accepted] + [verdict.next_token]
         clock.lap("verify")
 
-        if features:  # pending and the accepted drafts stay in the target's cache
-            drafter.observe_features(output.hidden_states[-1][0, : n + 1])
-        cache.truncate(length + n)
-        drafter.commit(length + n)
+        kept_rows = [0] + [1 + i for i in accepted]  # pending and the accepted drafts stay cached
+        features = scorer.keep(kept_rows)
+        if features is not None:
+            drafter.observe_features(features)
+        drafter.commit(length + len(accepted))
         clock.lap("rollback")
 
-        emitted, reason = _cut_at_stop(emitted, eos, budget - produced)
+        emitted, reason = _cut_at_eos_or_budget(emitted, eos, budget - produced)
         emitted_tensor = torch.tensor(emitted, dtype=torch.long)
         history[length : length + len(emitted)] = emitted_tensor
-        positions = torch.arange(len(emitted), device=logits.device)
-        emitted_logits = logits[positions].float()
-        stats.sum_logprob += float(
-            torch.log_softmax(emitted_logits, dim=-1)[positions, emitted_tensor.to(logits.device)].sum()
-        )
+        # each kept row's logits scored the token emitted after it
+        emitted_logits = logits[torch.tensor(kept_rows[: len(emitted)], device=on_logits)].float()
+        positions = torch.arange(len(emitted), device=on_logits)
+        logprob = torch.log_softmax(emitted_logits, dim=-1)[positions, emitted_tensor.to(on_logits)].sum()
         if observe is not None:
             observe(emitted_logits)
         length += len(emitted)
         produced += len(emitted)
-        pending = emitted_tensor[-1:].to(device)
-        stats.record_round(draft_tokens.numel(), min(n, len(emitted)), len(emitted))
-        stats.relaxed += verdict.relaxed
-        stats.examined += verdict.examined
-        stats.low_margin += verdict.low_margin
-        if settings.record_margins and verdict.margins is not None:
-            stats.margins.extend(verdict.margins.tolist())
+        pending = emitted_tensor[-1:].to(target.device)
+        margins = verdict.margins.tolist() if settings.record_margins and verdict.margins is not None else None
+        stats.record(len(drafted), min(len(accepted), len(emitted)), len(emitted), float(logprob),
+                     verdict.relaxed, verdict.examined, verdict.low_margin, margins)
         if reason is None and stop_checker.hit(history[:length]):
             reason = "stop_string"
         clock.lap("other")
-        stats.round_ends.append((clock.elapsed(), produced))
+        stats.end_round(clock.elapsed())
         yield emitted
         clock.exclude()  # what the caller does with a chunk (printing, say) is not decoding time
         if reason is not None or produced >= budget:
@@ -153,7 +143,7 @@ def decode(
     stats.wall_s = clock.elapsed()
 
 
-def _cut_at_stop(tokens: list[int], eos: set[int], remaining: int) -> tuple[list[int], str | None]:
+def _cut_at_eos_or_budget(tokens: list[int], eos: set[int], remaining: int) -> tuple[list[int], str | None]:
     """Never emit past the first EOS (kept, as transformers does) or past the token budget."""
     for index, token in enumerate(tokens):
         if token in eos:

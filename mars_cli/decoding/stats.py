@@ -70,20 +70,55 @@ class DecodeStats:
     wall_s: float = 0.0
     finish_reason: str = ""
 
-    def record_round(self, drafted: int, accepted: int, emitted: int) -> None:
+    def record(self, drafted: int, accepted: int, emitted: int, logprob: float = 0.0, relaxed: int = 0,
+               examined: int = 0, low_margin: int = 0, margins: list[float] | None = None) -> None:
+        """One round: `drafted` tokens proposed, the first `accepted` of them emitted, `emitted`
+        tokens in all (accepted + the target's own), their summed log-probability, and the
+        verifier's counts (relaxed acceptances, examined and low-margin positions, margins)."""
         self.rounds += 1
         self.drafted += drafted
         self.accepted += accepted
         self.new_tokens += emitted
+        self.sum_logprob += logprob
+        self.relaxed += relaxed
+        self.examined += examined
+        self.low_margin += low_margin
+        if margins:
+            self.margins.extend(margins)
         self.accepted_per_round[accepted] += 1
-        grow = drafted - len(self.drafted_at)
-        if grow > 0:
-            self.drafted_at.extend([0] * grow)
-            self.accepted_at.extend([0] * grow)
+        self._grow(drafted)
         for position in range(drafted):
             self.drafted_at[position] += 1
         for position in range(accepted):
             self.accepted_at[position] += 1
+
+    def end_round(self, elapsed_s: float) -> None:
+        """Mark the end of a round on the decoding clock (tokens/s by output position)."""
+        self.round_ends.append((elapsed_s, self.new_tokens))
+
+    def merge(self, other: "DecodeStats") -> None:
+        """Add `other` (a later sequence, e.g. the next turn of a conversation) into these
+        counters: every count and time adds up, its round ends follow ours on the clock."""
+        offset_s, offset_tokens = self.wall_s, self.new_tokens
+        for name in ("prompt_tokens", "new_tokens", "rounds", "drafted", "accepted", "relaxed", "examined",
+                     "low_margin", "sum_logprob", "wall_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self._grow(len(other.drafted_at))
+        for position, (drafted, accepted) in enumerate(zip(other.drafted_at, other.accepted_at)):
+            self.drafted_at[position] += drafted
+            self.accepted_at[position] += accepted
+        self.accepted_per_round.update(other.accepted_per_round)
+        self.round_ends.extend((offset_s + t, offset_tokens + n) for t, n in other.round_ends)
+        self.margins.extend(other.margins)
+        for phase, seconds in other.phase_s.items():
+            self.phase_s[phase] = self.phase_s.get(phase, 0.0) + seconds
+        self.finish_reason = other.finish_reason or self.finish_reason
+
+    def _grow(self, positions: int) -> None:
+        grow = positions - len(self.drafted_at)
+        if grow > 0:
+            self.drafted_at.extend([0] * grow)
+            self.accepted_at.extend([0] * grow)
 
     def summary(self) -> dict[str, object]:
         """The contract's `stats` object."""

@@ -35,6 +35,32 @@ def top_two(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return top1, top2, z1, z2
 
 
+def top_two_values(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(z1, z2): the two largest values of each row (equal on a tie for first place)."""
+    top = logits.topk(2, dim=-1).values
+    return top[:, 0], top[:, 1]
+
+
+class TopTwoRecorder:
+    """A decoding observer (`decode(..., observe=)`) that keeps the two largest raw logits of
+    every emitted position: what calibration fits thresholds on and `mars profile` draws."""
+
+    def __init__(self) -> None:
+        self.z1: list[torch.Tensor] = []
+        self.z2: list[torch.Tensor] = []
+
+    def __call__(self, logits: torch.Tensor) -> None:
+        z1, z2 = top_two_values(logits)
+        self.z1.append(z1)
+        self.z2.append(z2)
+
+    def values(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """All positions so far, in order ([n] each; empty when nothing was emitted)."""
+        if not self.z1:
+            return torch.empty(0), torch.empty(0)
+        return torch.cat(self.z1), torch.cat(self.z2)
+
+
 def logit_ratio(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
     """The paper's r = z2 / z1. Undefined as a confidence measure when z1 <= 0 (the ratio then
     grows as the runner-up falls behind), so such positions get -inf: never relaxed."""
@@ -101,12 +127,16 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 class Verdict:
     """The outcome of one round, already on the host."""
 
-    accepted: int  # drafts accepted (a prefix)
+    accepted_positions: list[int]  # indices of the accepted drafts (a chain's are 0 .. n-1)
     next_token: int  # correction (first rejection) or bonus (all accepted)
     relaxed: int  # accepted drafts the strict rule would have rejected
     examined: int  # draft positions the rule looked at (accepted + the rejected one)
     low_margin: int  # examined positions that were low-margin
     margins: torch.Tensor | None  # margins of the examined positions (MARS only)
+
+    @property
+    def num_accepted(self) -> int:
+        return len(self.accepted_positions)
 
 
 @dataclass(frozen=True)
@@ -180,4 +210,5 @@ def _verdict(summary: torch.Tensor, k: int, margins: torch.Tensor | None) -> Ver
     if faulty:
         raise FloatingPointError("the target produced NaN or infinite logits; refusing to emit tokens")
     examined = min(n + 1, k)
-    return Verdict(n, next_token, relaxed, examined, low, None if margins is None else margins[:examined])
+    return Verdict(list(range(n)), next_token, relaxed, examined, low,
+                   None if margins is None else margins[:examined])

@@ -17,7 +17,8 @@ import torch
 from ..decoding.stats import DecodeStats
 from ..errors import UserError, require
 from ..paths import write_atomic
-from ..runner import DecodingOptions, Session
+from ..options import DecodingOptions
+from ..session import Session
 from . import execution
 from .metrics import chrf, exact_number, extract_code, rouge_l, token_agreement, words
 from .suites import Sample, Suite
@@ -113,7 +114,7 @@ def build_sessions(base: DecodingOptions, methods: list[Method], target) -> dict
     sessions: dict[str, Session] = {}
     draft_model = None
     for method in methods:
-        options = DecodingOptions(**{**dataclasses.asdict(base), **method.changes})
+        options = base.replace(**method.changes)
         sessions[method.name] = Session(options, target=target, draft_model=draft_model)
         draft_model = draft_model or sessions[method.name].draft_model
     return sessions
@@ -137,10 +138,10 @@ def run_sample(session: Session, sample: Sample, repeats: int) -> dict:
             stop = sample.stop or session.options.stop
             settings = dataclasses.replace(session.settings(), stop_strings=stop)
             result = session.run(ids, settings=settings)
-            text = _cut_at_stop(result.text, stop)
+            text = _trim_at_stop_string(result.text, stop)
             turns.append({"text": text, "token_ids": result.token_ids})
             messages.append({"role": "assistant", "content": text})
-            _accumulate(totals, result.stats)
+            totals.merge(result.stats)
             wall += result.stats.wall_s
         walls.append(wall)
         if first is None:
@@ -165,24 +166,11 @@ def run_sample(session: Session, sample: Sample, repeats: int) -> dict:
     }
 
 
-def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
+def _trim_at_stop_string(text: str, stops: tuple[str, ...]) -> str:
+    """The text before the first stop string: the loop stops on whole tokens, and the token that
+    completes a stop string may carry text past it."""
     cut = min((text.find(s) for s in stops if s and s in text), default=-1)
     return text[:cut] if cut >= 0 else text
-
-
-def _accumulate(total: DecodeStats, part: DecodeStats) -> None:
-    total.new_tokens += part.new_tokens
-    total.rounds += part.rounds
-    total.drafted += part.drafted
-    total.accepted += part.accepted
-    total.relaxed += part.relaxed
-    total.sum_logprob += part.sum_logprob
-    for position, (d, a) in enumerate(zip(part.drafted_at, part.accepted_at)):
-        if position >= len(total.drafted_at):
-            total.drafted_at.append(0)
-            total.accepted_at.append(0)
-        total.drafted_at[position] += d
-        total.accepted_at[position] += a
 
 
 def rss_mb() -> float:

@@ -69,6 +69,19 @@ def load_suite(spec: str, limit: int | None = None) -> Suite:
     return suite
 
 
+def load_suites(text: str, limit: int | None, allow_code_execution: bool) -> tuple[list[str], list[Suite]]:
+    """--suite's comma-separated specs ("all" is the built-in five) and their suites; a suite
+    scored by running generated code is refused unless execution is allowed."""
+    specs = [part.strip() for part in text.split(",") if part.strip()]
+    specs = [name for spec in specs for name in (list(BUILTIN) if spec == "all" else [spec])]
+    suites = [load_suite(spec, limit) for spec in specs]
+    for suite in suites:
+        if suite.metric == "pass@1" and not allow_code_execution:
+            raise UserError(f"the {suite.name} suite is scored by running generated code: "
+                            "pass --allow-code-execution to allow it (it runs in a sandboxed subprocess)")
+    return specs, suites
+
+
 def _read_jsonl(path: Path, name: str) -> list[Sample]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()

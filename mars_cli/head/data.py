@@ -21,9 +21,10 @@ from typing import Callable
 
 import torch
 
+from ..decoding.target import LAST_LAYER, FeatureLayers, select_features
 from ..models import LoadedModel
 from ..paths import cache_dir
-from ..runner import encode_messages
+from ..prompts import encode_messages
 
 HEAD_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "head_prompts.jsonl"
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -114,9 +115,10 @@ def generate(target: LoadedModel, prompts: list[str], out_file: Path, max_new_to
 
 @torch.inference_mode()
 def extract_features(target: LoadedModel, sequences: list[Sequence], out_file: Path, batch_size: int,
-                     progress: Progress | None = None) -> dict[int, torch.Tensor]:
-    """Last hidden state at every position, one teacher-forced pass (right padding is harmless:
-    attention is causal, so padding after a sequence never reaches its positions)."""
+                     progress: Progress | None = None, layers: FeatureLayers = LAST_LAYER) -> dict[int, torch.Tensor]:
+    """The target's features (`layers`, as decoding selects them) at every position, one
+    teacher-forced pass (right padding is harmless: attention is causal, so padding after a
+    sequence never reaches its positions)."""
     from safetensors.torch import load_file, save_file
 
     if out_file.exists():
@@ -129,7 +131,7 @@ def extract_features(target: LoadedModel, sequences: list[Sequence], out_file: P
         batch = order[start : start + batch_size]
         ids, mask = _padded([s.ids for s in batch], 0, target.device, left=False)
         output = target.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False)
-        hidden = output.hidden_states[-1]
+        hidden = select_features(output.hidden_states, layers)
         for row, sequence in enumerate(batch):
             features[sequence.index] = hidden[row, : len(sequence.ids)].to("cpu", torch.float16).contiguous()
         if progress:

@@ -14,6 +14,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..decoding.drafters import Draft, Drafter
+from ..decoding.target import LAST_LAYER
 from ..decoding.sampling import SamplingParams, probabilities, process_logits, sample
 from ..errors import UserError
 from ..models import LoadedModel
@@ -69,7 +70,7 @@ class HeadDrafter(Drafter):
     plain step plus one head step."""
 
     name = "head"
-    needs_features = True
+    feature_layers = LAST_LAYER  # the target's final normed state, what its LM head reads
 
     def __init__(self, head: DraftHead, target: LoadedModel, sampling: SamplingParams,
                  generator: torch.Generator | None, min_confidence: float = 0.0) -> None:
@@ -117,7 +118,7 @@ class HeadDrafter(Drafter):
     def propose(self, history: torch.Tensor, k: int) -> Draft:
         self.cache.truncate(self.read)  # forget last round's drafted pairs
         if self.known == 0:  # a one-token prompt: no feature yet
-            return Draft(torch.empty(0, dtype=torch.long, device=self.target_device))
+            return Draft.empty(self.target_device)
         # pair p = (f_p, x_{p+1}) for every position the target has scored since the last round
         tokens = history[self.read + 1 : self.known + 1].to(self.features.device)
         feature = self.head.step(self.features[self.read : self.known], tokens, self.cache)[-1:]
@@ -135,6 +136,6 @@ class HeadDrafter(Drafter):
             if step + 1 < k:
                 feature = self.head.step(feature, token.reshape(1), self.cache)
         if not drafted:
-            return Draft(torch.empty(0, dtype=torch.long, device=self.target_device))
+            return Draft.empty(self.target_device)
         probs = torch.stack(rows).to(self.target_device) if rows else None
         return Draft(torch.stack(drafted).to(self.target_device), probs)

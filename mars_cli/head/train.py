@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..errors import require
 from ..models import LoadedModel
+from ..prompts import is_held_out
 from .data import Sequence
 from .model import DraftHead, HeadConfig
 
@@ -62,8 +63,9 @@ class HeldOut:
 
 
 def split(sequences: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
-    held = [s for s in sequences if s.index % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
-    return [s for s in sequences if s.index % HELD_OUT_EVERY != HELD_OUT_EVERY - 1], held
+    """(training, held-out) answers: the answer to every HELD_OUT_EVERY-th prompt is held out."""
+    held = [s for s in sequences if is_held_out(s.index, HELD_OUT_EVERY)]
+    return [s for s in sequences if not is_held_out(s.index, HELD_OUT_EVERY)], held
 
 
 def vocabulary_subset(sequences: list[Sequence], size: int, always: set[int], vocab_size: int) -> torch.Tensor:

@@ -112,7 +112,7 @@ def search_dirs() -> list[Path]:
 
 def find_for(fingerprint: str) -> Profile | None:
     """The first profile whose fingerprint matches, user directory before shipped profiles.
-    Files that do not parse are skipped here (they are reported when named with --profile)."""
+    Files that do not parse are skipped here (they are reported when named with --calibration)."""
     for directory in search_dirs():
         if not directory.is_dir():
             continue

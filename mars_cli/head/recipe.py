@@ -1,0 +1,80 @@
+"""`mars train-head`'s recipe: the target's own greedy answers, their features, training, saving.
+
+The steps (data generation, feature extraction, training, the recipe recorded in the head) live
+here so that the CLI only parses flags, shows progress and renders the result. The prompts are
+read and the target loaded when a `HeadTraining` is made, so bad input fails before any progress bar.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import require
+from ..options import ModelOptions
+from ..prompts import load_prompts
+from . import data as head_data
+from .model import DraftHead
+from .train import HELD_OUT_EVERY, HeldOut, TrainSettings, train
+
+Report = Callable[[str, int, int], None]  # (stage, done, total) while generating and extracting
+OnStep = Callable[[int, int, float], None]  # (step, total steps, loss) while training
+
+
+@dataclass(frozen=True)
+class HeadRecipe:
+    """How the training data is made and the head trained (the train-head flags)."""
+
+    prompts: Path | None = None  # JSONL prompt set; None: the built-in one
+    max_new_tokens: int = 256
+    generate_batch: int = 16
+    settings: TrainSettings = dataclasses.field(default_factory=TrainSettings)
+
+    def validate(self) -> None:
+        """One sentence per bad value, before anything is loaded."""
+        settings = self.settings
+        require(self.max_new_tokens >= 8, f"--max-new-tokens must be at least 8, got {self.max_new_tokens}")
+        require(self.generate_batch >= 1, f"--generate-batch must be at least 1, got {self.generate_batch}")
+        require(settings.vocab >= 0, f"--vocab must be 0 (full) or a token count, got {settings.vocab}")
+        require(settings.learning_rate > 0, f"--lr must be positive, got {settings.learning_rate}")
+        require(min(settings.epochs, settings.batch_size, settings.depth) >= 1,
+                "--epochs, --batch-size and --depth must be at least 1")
+
+
+@dataclass
+class TrainedHead:
+    head: DraftHead
+    held: HeldOut  # greedy chain acceptance on the held-out answers
+    answers: int
+    answer_tokens: int
+
+
+class HeadTraining:
+    """One train-head run of a validated recipe: prompts read and target loaded up front, then `run`."""
+
+    def __init__(self, model: ModelOptions, recipe: HeadRecipe) -> None:
+        self.recipe = recipe
+        self.prompts, self.prompt_name, self.prompt_hash = load_prompts(recipe.prompts, head_data.HEAD_PROMPTS,
+                                                                        HELD_OUT_EVERY)
+        self.target = model.load()
+
+    def run(self, destination: Path, command: str, resume: bool, report: Report, on_step: OnStep) -> TrainedHead:
+        """Generate (or reuse) the data, train (resuming from the checkpoint beside `destination`
+        if asked), and save the head with its recipe and held-out figures."""
+        recipe, target = self.recipe, self.target
+        folder = head_data.data_dir(target, self.prompt_hash, recipe.max_new_tokens)
+        sequences = head_data.generate(target, self.prompts, folder / "generations.jsonl", recipe.max_new_tokens,
+                                       recipe.generate_batch, report)
+        features = head_data.extract_features(target, sequences, folder / "features.safetensors",
+                                              max(1, recipe.generate_batch // 2), report)
+        recorded = {"command": command, "prompts": self.prompt_name, "prompts_sha256": self.prompt_hash,
+                    "max_new_tokens": recipe.max_new_tokens, "data": "the target's greedy answers (chat template)"}
+        checkpoint = destination.with_name(destination.name + ".ckpt")
+        head, held, losses = train(target, sequences, features, recipe.settings, checkpoint, resume, recorded, on_step)
+        head.config.recipe["held_out"] = dataclasses.asdict(held) | {"tau": held.tau}
+        head.config.recipe["final_loss"] = sum(losses[-10:]) / len(losses[-10:])
+        head.save(destination)
+        checkpoint.unlink(missing_ok=True)
+        return TrainedHead(head, held, len(sequences), sum(len(s.output_ids) for s in sequences))

@@ -1,0 +1,165 @@
+"""What a decoding session is asked to do, grouped as the CLI's flags are.
+
+Each group is a small frozen dataclass whose field names are the flags' parameter names (`--num-draft`
+is `num_draft`), so `mars_cli/flags.py` declares every flag once and maps it onto its field, and
+eval's per-method changes (`{"draft": "none", "verify": "strict"}`) apply by the same names
+(`DecodingOptions.replace`). `DecodingOptions` holds the four groups and what belongs to no group
+(length, stop strings, raw prompts).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING
+
+from .decoding.sampling import SamplingParams
+from .decoding.verifiers import MARGIN_MEASURES
+from .errors import require
+from .models import DEFAULT_TARGET
+
+if TYPE_CHECKING:
+    from .models import LoadedModel
+
+MAX_NUM_DRAFT = 64
+DEFAULT_NUM_DRAFT = 4
+DEFAULT_HEAD_CONFIDENCE = 0.1  # from the held-out cost model in docs/head.md
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Which target, and where and how to load it: `load_model`'s keyword arguments."""
+
+    target: str = DEFAULT_TARGET
+    device: str = "auto"
+    dtype: str = "auto"
+    device_map: str | None = None
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+
+    def load(self, spec: str | None = None) -> LoadedModel:
+        """The target, or with `spec` another model (a draft model) on the same device, dtype and
+        trust settings; only the target is spread over devices by --device-map."""
+        from .models import load_model
+
+        settings = asdict(self)
+        settings.pop("target")
+        if spec is not None:
+            settings["device_map"] = None
+        return load_model(self.target if spec is None else spec, **settings)
+
+
+@dataclass(frozen=True)
+class DraftOptions:
+    """Who proposes tokens and how many per round."""
+
+    draft: str = "none"
+    num_draft: int = DEFAULT_NUM_DRAFT
+    head_confidence: float = DEFAULT_HEAD_CONFIDENCE  # draft head: stop drafting below this
+    ngram_max: int = 3
+    ngram_min: int = 1
+
+    def validate(self) -> None:
+        require(1 <= self.num_draft <= MAX_NUM_DRAFT,
+                f"--num-draft must be between 1 and {MAX_NUM_DRAFT}, got {self.num_draft}")
+        require(math.isfinite(self.head_confidence) and 0 <= self.head_confidence < 1,
+                f"--head-confidence must be in [0, 1), got {self.head_confidence}")
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """The verification rule and where its MARS threshold comes from."""
+
+    verify: str = "strict"
+    threshold: float | None = None
+    margin: str = "logit-ratio"
+    calibration: str | None = None  # a calibration profile (YAML) to take the threshold from
+    force: bool = False  # use a --calibration profile made for another model
+
+    def validate(self) -> None:
+        require(self.verify in ("strict", "mars"), f"--verify {self.verify}: expected strict or mars")
+        require(self.margin in MARGIN_MEASURES, f"--margin {self.margin}: expected logit-ratio or prob-ratio")
+        if self.threshold is not None:
+            require(math.isfinite(self.threshold) and 0 < self.threshold <= 1,
+                    f"--threshold must be in (0, 1] for both margin measures, got {self.threshold}")
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How tokens are chosen from the target's distribution, and the seed that fixes the choice."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+
+    def validate(self) -> None:
+        require(math.isfinite(self.temperature) and self.temperature >= 0,
+                f"--temperature must be a finite number >= 0, got {self.temperature}")
+        require(math.isfinite(self.top_p) and 0 < self.top_p <= 1, f"--top-p must be in (0, 1], got {self.top_p}")
+        require(self.top_k >= 0, f"--top-k must be >= 0 (0 disables it), got {self.top_k}")
+
+    @property
+    def params(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p)
+
+
+GROUPS: dict[str, type] = {
+    "model": ModelOptions,
+    "drafting": DraftOptions,
+    "verification": VerifyOptions,
+    "sampling": SamplingOptions,
+}
+GROUP_OF: dict[str, str] = {f.name: group for group, kind in GROUPS.items() for f in fields(kind)}
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    """Everything a `Session` needs; build it from flat flag names with `of`."""
+
+    model: ModelOptions = field(default_factory=ModelOptions)
+    drafting: DraftOptions = field(default_factory=DraftOptions)
+    verification: VerifyOptions = field(default_factory=VerifyOptions)
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    max_new_tokens: int = 128
+    stop: tuple[str, ...] = ()
+    raw: bool = False  # no chat template
+
+    @classmethod
+    def of(cls, **values: object) -> DecodingOptions:
+        """From flat option names (`target=`, `draft=`, `max_new_tokens=`, ...), each routed to its
+        group; unset ones keep their defaults. An unknown name is a TypeError, as for a dataclass."""
+        grouped: dict[str, dict[str, object]] = {group: {} for group in GROUPS}
+        own: dict[str, object] = {}
+        for name, value in values.items():
+            if name in GROUP_OF:
+                grouped[GROUP_OF[name]][name] = value
+            elif name in _OWN_FIELDS:
+                own[name] = value
+            else:
+                raise TypeError(f"DecodingOptions has no option {name!r}")
+        if "stop" in own:
+            own["stop"] = tuple(own["stop"] or ())  # type: ignore[arg-type]
+        return cls(**{group: GROUPS[group](**chosen) for group, chosen in grouped.items()}, **own)  # type: ignore[arg-type]
+
+    def replace(self, **changes: object) -> DecodingOptions:
+        """A copy with some options changed, by flat name (eval's methods, benchmark variants)."""
+        return DecodingOptions.of(**{**self.flat(), **changes})
+
+    def flat(self) -> dict[str, object]:
+        """Every option by its flat name, one level deep: the shape of `--json`'s config."""
+        values: dict[str, object] = {}
+        for group in GROUPS:
+            values.update(asdict(getattr(self, group)))
+        values.update({name: getattr(self, name) for name in _OWN_FIELDS})
+        return values
+
+    def validate(self) -> None:
+        """Every bad value gets one clear sentence (the CLI turns it into exit code 2)."""
+        self.verification.validate()
+        require(self.max_new_tokens >= 1, f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
+        self.sampling.validate()
+        self.drafting.validate()
+
+
+_OWN_FIELDS = tuple(f.name for f in fields(DecodingOptions) if f.name not in GROUPS)

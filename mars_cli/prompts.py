@@ -1,0 +1,66 @@
+"""Prompts in one place: chat-template encoding, JSONL prompt sets and held-out splits.
+
+Decoding sessions, calibration and head training all turn text into token ids the same way and
+hold out the same kind of subset; this module sits below all of them, so none has to import
+another (head data once imported the decoding session just for `encode_messages`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Iterable
+
+from .errors import UserError
+
+
+def encode_messages(tokenizer: object, messages: list[dict], raw: bool = False) -> list[int]:
+    """A conversation through the chat template (plain concatenation without one, or if `raw`)."""
+    if raw or not getattr(tokenizer, "chat_template", None):
+        return list(tokenizer.encode("\n".join(m["content"] for m in messages)))
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if hasattr(ids, "keys"):  # BatchEncoding in transformers 5
+        ids = ids["input_ids"]
+    return list(ids[0] if ids and isinstance(ids[0], list) else ids)
+
+
+def load_prompts(path: Path | None, builtin: Path, least: int = 2) -> tuple[list[str], str, str]:
+    """(prompts, name, sha256 of the file's bytes). JSONL with a `prompt` field per line;
+    `builtin` when no path is given; at least `least` prompts (some are held out)."""
+    source = path or builtin
+    try:
+        raw = source.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read prompts file {source}: {exc.strerror or exc}") from None
+    prompts = []
+    for number, line in enumerate(raw.decode("utf-8", errors="strict").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            prompt = record["prompt"]
+        except (ValueError, KeyError, TypeError):
+            raise UserError(f"{source}: line {number} is not a JSON object with a 'prompt' field") from None
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise UserError(f"{source}: line {number} has an empty or non-text prompt")
+        prompts.append(prompt)
+    if len(prompts) < least:
+        raise UserError(f"{source}: needs at least {least} prompts (some are held out), found {len(prompts)}")
+    name = "builtin" if path is None else str(path)
+    return prompts, name, hashlib.sha256(raw).hexdigest()
+
+
+def is_held_out(index: int, every: int) -> bool:
+    """The last index of each run of `every` is held out: a fixed, order-independent rule, so a
+    resumed or re-run job holds out the same prompts."""
+    return index % every == every - 1
+
+
+def held_out(indices: Iterable[int], every: int) -> tuple[list[int], list[int]]:
+    """(kept, held): `indices` split by `is_held_out`, each in its original order."""
+    kept: list[int] = []
+    held: list[int] = []
+    for index in indices:
+        (held if is_held_out(index, every) else kept).append(index)
+    return kept, held

@@ -1,0 +1,169 @@
+"""From user-facing options to a ready decoding session (shared by every subcommand).
+
+`DecodingOptions` (mars_cli/options.py) holds the grouped, validated options; `Session` loads the
+target (and a draft model if asked), builds the drafter and verifier once, and decodes prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+
+from .head.drafter import HeadDrafter, find_head, load_head
+from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
+from .decoding.loop import DecodeSettings, decode, make_generator
+from .decoding.stats import DecodeStats
+from .decoding.target import TargetScorer
+from .decoding.verifiers import DEFAULT_THRESHOLD, Verifier
+from . import calibration_profiles
+from .errors import UserError, require
+from .models import LoadedModel
+from .options import DecodingOptions
+from .prompts import encode_messages
+
+
+@dataclass
+class ResolvedThreshold:
+    value: float
+    source: str  # "flag", "default" or the profile file's path
+
+
+def resolve_threshold(options: DecodingOptions, target: LoadedModel) -> ResolvedThreshold:
+    """--threshold wins; then --calibration; then a profile matching the target's fingerprint
+    (user directory, then shipped); then the paper's 0.9. Profiles hold raw-scale thresholds,
+    converted to the sampling temperature in use."""
+    verification = options.verification
+    if verification.threshold is not None:
+        return ResolvedThreshold(verification.threshold, "flag")
+    if verification.calibration is not None:
+        profile = calibration_profiles.load(verification.calibration)
+        calibration_profiles.check_matches(profile, target.fingerprint, target.spec, verification.force)
+    elif verification.verify == "mars":
+        profile = calibration_profiles.find_for(target.fingerprint)
+    else:
+        profile = None
+    if profile is None:
+        return ResolvedThreshold(DEFAULT_THRESHOLD, "default")
+    measure = verification.margin
+    if measure not in profile.data["thresholds"]:
+        raise UserError(f"profile {profile.path} has no threshold for --margin {measure}")
+    theta = calibration_profiles.threshold_at_temperature(profile.threshold(measure), measure,
+                                                          options.sampling.temperature)
+    return ResolvedThreshold(theta, str(profile.path))
+
+
+@dataclass
+class Result:
+    text: str
+    token_ids: list[int]
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+
+class Session:
+    """One loaded target (and drafter) serving many prompts with fixed options."""
+
+    def __init__(self, options: DecodingOptions, target: LoadedModel | None = None,
+                 draft_model: LoadedModel | None = None) -> None:
+        """`target` and `draft_model` let several sessions share models already loaded."""
+        options.validate()
+        self.options = options
+        self.target = target or options.model.load()
+        window = self.target.context_window
+        require(window is None or options.max_new_tokens < window,
+                f"--max-new-tokens {options.max_new_tokens} is beyond the model's context window ({window})")
+        self.threshold = resolve_threshold(options, self.target)
+        self.verifier = Verifier(
+            rule=options.verification.verify,  # type: ignore[arg-type]
+            threshold=self.threshold.value,
+            measure=options.verification.margin,  # type: ignore[arg-type]
+            sampling=options.sampling.params,
+        )
+        self.draft_model: LoadedModel | None = draft_model
+        self.drafter = self._build_drafter()
+        self.scorer = TargetScorer(self.target, self.drafter.feature_layers)
+
+    def _build_drafter(self) -> Drafter:
+        drafting, sampling = self.options.drafting, self.options.sampling
+        spec = drafting.draft
+        if spec == "none":
+            return NoDrafter(self.target.device)
+        if spec == "ngram":
+            return NgramDrafter(self.target.device, drafting.ngram_max, drafting.ngram_min)
+        seed = None if sampling.seed is None else sampling.seed + 1
+        if spec == "auto":  # the target's draft head when it has one, plain decoding otherwise
+            found = find_head(self.target)
+            if found is None:
+                return NoDrafter(self.target.device)
+            spec = f"head:{found}"
+        if spec == "head" or spec.startswith("head:"):
+            head = load_head(spec, self.target)
+            return HeadDrafter(head, self.target, sampling.params, make_generator(self.target.output_device, seed),
+                               drafting.head_confidence)
+        shared = self.draft_model is not None and self.draft_model.spec == spec
+        draft = self.draft_model if shared else self.options.model.load(spec)
+        check_same_vocabulary(self.target, draft)
+        self.draft_model = draft
+        return ModelDrafter(draft, sampling.params, make_generator(draft.device, seed))
+
+    # ------------------------------------------------------------------ prompts
+    def encode(self, prompt: str) -> list[int]:
+        """Apply the chat template when the model has one (unless --raw)."""
+        require(prompt.strip() != "", "the prompt is empty")
+        return self.encode_messages([{"role": "user", "content": prompt}])
+
+    def encode_messages(self, messages: list[dict]) -> list[int]:
+        return self._fits(encode_messages(self.target.tokenizer, messages, self.options.raw))
+
+    def _fits(self, ids: list[int]) -> list[int]:
+        window = self.target.context_window
+        if window is not None:
+            require(len(ids) < window,
+                    f"the prompt has {len(ids)} tokens but the model's context window is {window}")
+        return ids
+
+    # ------------------------------------------------------------------ decoding
+    def settings(self) -> DecodeSettings:
+        return DecodeSettings(self.options.max_new_tokens, self.options.drafting.num_draft, self.options.stop)
+
+    def stream(self, prompt_ids: list[int], stats: DecodeStats,
+               observe: Callable[[torch.Tensor], None] | None = None,
+               seed: int | None = None, settings: DecodeSettings | None = None) -> Iterator[list[int]]:
+        """Decode one prompt. `seed` overrides --seed for this call (calibration varies it);
+        `settings` overrides the loop settings (profiling sweeps the draft length)."""
+        seed = self.options.sampling.seed if seed is None else seed
+        generator = make_generator(self.target.output_device, seed)
+        if seed is not None and self.drafter.generator is not None:
+            self.drafter.generator.manual_seed(seed + 1)
+        return decode(self.scorer, self.drafter, self.verifier, prompt_ids, settings or self.settings(),
+                      generator, stats, observe)
+
+    def run(self, prompt: str | list[int], observe: Callable[[torch.Tensor], None] | None = None,
+            seed: int | None = None, settings: DecodeSettings | None = None) -> Result:
+        prompt_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        stats = DecodeStats()
+        tokens: list[int] = []
+        for chunk in self.stream(prompt_ids, stats, observe, seed, settings):
+            tokens.extend(chunk)
+        return Result(self.decode_text(tokens), tokens, stats)
+
+    def decode_text(self, tokens: list[int]) -> str:
+        return self.target.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def config(self) -> dict[str, object]:
+        """Every resolved setting, for --json and reports."""
+        resolved = self.options.flat()
+        resolved["stop"] = list(self.options.stop)
+        resolved.update(
+            threshold=self.threshold.value,
+            threshold_source=self.threshold.source,
+            target_source=self.target.source,
+            drafter=self.drafter.name,
+            draft_head=getattr(getattr(self.drafter, "head", None), "source", None),
+            device=str(self.target.device),
+            dtype=str(self.target.dtype).replace("torch.", ""),
+            torch_version=torch.__version__,
+            threads=torch.get_num_threads(),
+        )
+        return resolved
