@@ -51,15 +51,21 @@ class Method:
     name: str
     kind: str  # "ours" or "hf"
     options: dict
+    reference_dtype: bool = False  # runs on the float32 copy of the target (--compare-float32)
 
 
-def methods(k: int, with_sweep: bool) -> list[Method]:
+def methods(k: int | str, with_sweep: bool, compare_float32: bool = False) -> list[Method]:
+    lookup_k = k if isinstance(k, int) else 4
     listed = [
         Method("hf-plain", "hf", {}),
         Method("plain", "ours", {"draft": "none"}),
-        Method(f"hf-prompt-lookup(k={k})", "hf", {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": 3}),
+        Method(f"hf-prompt-lookup(k={lookup_k})", "hf",
+               {"prompt_lookup_num_tokens": lookup_k, "max_matching_ngram_size": 3}),
         Method("ngram-strict", "ours", {"draft": "ngram", "verify": "strict"}),
     ]
+    if compare_float32:  # the same target loaded in float32, interleaved with the rest
+        listed += [Method("hf-plain(float32)", "hf", {}, reference_dtype=True),
+                   Method("plain(float32)", "ours", {"draft": "none"}, reference_dtype=True)]
     # None: the threshold comes from the target's calibrated profile (shipped in mars_cli/profiles/)
     for measure, thresholds in (("logit-ratio", (0.85, 0.9, 0.95, None)), ("prob-ratio", (0.3, 0.5, None))):
         for theta in thresholds:
@@ -69,6 +75,10 @@ def methods(k: int, with_sweep: bool) -> list[Method]:
     # the trained draft head shipped for the target (mars_cli/heads), strict and at the profile threshold
     listed.append(Method("head-strict", "ours", {"draft": "head", "verify": "strict"}))
     listed.append(Method("head-mars(logit-ratio>profile)", "ours", {"draft": "head", "verify": "mars"}))
+    # the measured cost model choosing each round's draft length (or a fixed 4 against auto)
+    other = 4 if k == "auto" else "auto"
+    listed.append(Method(f"ngram-strict(k={other})", "ours", {"draft": "ngram", "verify": "strict", "num_draft": other}))
+    listed.append(Method(f"head-strict(k={other})", "ours", {"draft": "head", "verify": "strict", "num_draft": other}))
     if with_sweep:
         for sweep_k in (2, 3, 6, 8):
             if sweep_k != k:
@@ -89,7 +99,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="smollm2-135m")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--num-draft", type=int, default=4)
+    parser.add_argument("--num-draft", type=lambda v: v if v == "auto" else int(v), default=4,
+                        help="draft length of the main methods: a number or 'auto' (the cost model)")
+    parser.add_argument("--dtype", default="auto", help="the target's dtype (auto: bfloat16 where the CPU computes it)")
+    parser.add_argument("--compare-float32", action="store_true",
+                        help="also run plain decoding (ours and transformers') on a float32 copy of the target")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--no-sweep", action="store_true", help="skip the num-draft sweep")
@@ -100,13 +114,19 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    target = load_model(args.target, device="cpu")
-    base = DecodingOptions.of(target=args.target, max_new_tokens=args.max_new_tokens, num_draft=args.num_draft)
-    listed = methods(args.num_draft, not args.no_sweep)
+    target = load_model(args.target, device="cpu", dtype=args.dtype)
+    reference = load_model(args.target, device="cpu", dtype="float32") if args.compare_float32 else None
+    base = DecodingOptions.of(target=args.target, max_new_tokens=args.max_new_tokens, num_draft=args.num_draft,
+                              dtype=args.dtype)
+    listed = methods(args.num_draft, not args.no_sweep, args.compare_float32)
     if args.only:
         keep = {"plain", "hf-plain", "ngram-strict", *args.only.split(",")}
-        listed = [m for m in listed if m.name in keep]
-    sessions = {m.name: Session(base.replace(**m.options), target=target)
+        listed = [m for m in listed if m.name in keep or m.reference_dtype]
+
+    def model_of(method: Method):
+        return reference if method.reference_dtype else target
+
+    sessions = {m.name: Session(base.replace(**m.options), target=model_of(m))
                 for m in listed if m.kind == "ours"}
     thresholds = {name: {"value": s.threshold.value, "source": s.threshold.source}
                   for name, s in sessions.items() if s.options.verification.verify == "mars"}
@@ -117,7 +137,7 @@ def main() -> None:
     # warm-up: every method once on a short run
     for method in listed:
         if method.kind == "hf":
-            run_hf(target, prompt_ids[prompt_names[0]], 8, method.options)
+            run_hf(model_of(method), prompt_ids[prompt_names[0]], 8, method.options)
         else:
             sessions[method.name].run(prompt_ids[prompt_names[0]][:])
 
@@ -128,7 +148,7 @@ def main() -> None:
             order = listed if (index + repeat) % 2 == 0 else list(reversed(listed))  # A B / B A
             for method in order:
                 if method.kind == "hf":
-                    tokens, wall = run_hf(target, prompt_ids[name], args.max_new_tokens, method.options)
+                    tokens, wall = run_hf(model_of(method), prompt_ids[name], args.max_new_tokens, method.options)
                     stats = {"new_tokens": len(tokens), "wall_s": wall}
                 else:
                     result = sessions[method.name].run(prompt_ids[name])
@@ -139,6 +159,8 @@ def main() -> None:
 
     reference = {name: records["ngram-strict"][name][0]["tokens"] for name in prompt_names}
     plain_reference = {name: records["hf-plain"][name][0]["tokens"] for name in prompt_names}
+    float32_reference = ({name: records["hf-plain(float32)"][name][0]["tokens"] for name in prompt_names}
+                         if args.compare_float32 else None)
 
     def tokens_per_s(method: str) -> float:
         # total tokens / total time per repeat, median over repeats
@@ -154,16 +176,25 @@ def main() -> None:
     rows = []
     for method in listed:
         runs = [records[method.name][n][0] for n in prompt_names]
+        own_greedy = float32_reference if method.reference_dtype else plain_reference
         row = {
             "method": method.name,
             "tokens_per_s": tokens_per_s(method.name),
             "speedup_vs_plain": tokens_per_s(method.name) / plain_tps,
             "speedup_vs_hf_plain": tokens_per_s(method.name) / hf_tps,
-            "identical_to_greedy": all(r["tokens"] == plain_reference[n] for r, n in zip(runs, prompt_names)),
+            # greedy identity: against transformers' plain greedy output in the method's own dtype
+            "identical_to_greedy": all(r["tokens"] == own_greedy[n] for r, n in zip(runs, prompt_names)),
+            "identical_prompts": sum(r["tokens"] == own_greedy[n] for r, n in zip(runs, prompt_names)),
+            "prompts": len(prompt_names),
             "token_agreement": statistics.mean(token_agreement(r["tokens"], reference[n]) for r, n in zip(runs, prompt_names)),
             "common_prefix": statistics.mean(common_prefix(r["tokens"], reference[n]) for r, n in zip(runs, prompt_names)),
             "rouge_l": statistics.mean(rouge_l(r["tokens"], reference[n]) for r, n in zip(runs, prompt_names)),
         }
+        if float32_reference is not None:
+            row["identical_to_float32_prompts"] = sum(r["tokens"] == float32_reference[n]
+                                                      for r, n in zip(runs, prompt_names))
+            row["token_agreement_vs_float32"] = statistics.mean(token_agreement(r["tokens"], float32_reference[n])
+                                                                for r, n in zip(runs, prompt_names))
         if method.kind == "ours":
             totals = [r["stats"] for r in runs]
             rounds = sum(s["rounds"] for s in totals)
@@ -193,6 +224,7 @@ def main() -> None:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "target": args.target,
+        "dtype": str(target.dtype).replace("torch.", ""),
         "max_new_tokens": args.max_new_tokens,
         "num_draft": args.num_draft,
         "prompts": prompt_names,
@@ -215,7 +247,7 @@ def markdown_table(rows: list[dict]) -> str:
             return format(r[key], spec) if key in r else "-"
         lines.append(f"| {r['method']} | {r['tokens_per_s']:.2f} | {r['speedup_vs_plain']:.3f} | {r['speedup_vs_hf_plain']:.3f} | "
                      f"{fmt('tau')} | {fmt('tau_ratio_vs_strict', '.3f')} | {fmt('acceptance_rate', '.1%')} | {r.get('relaxed', '-')} | "
-                     f"{'yes' if r['identical_to_greedy'] else 'no'} | {r['token_agreement']:.3f} | {r['rouge_l']:.3f} | {fmt('mean_logprob', '.3f')} |")
+                     f"{r['identical_prompts']}/{r['prompts']} | {r['token_agreement']:.3f} | {r['rouge_l']:.3f} | {fmt('mean_logprob', '.3f')} |")
     return "\n".join(lines)
 
 

@@ -156,7 +156,7 @@ def calibrate(
 
 
 @app.command("train-head")
-@decoding_flags("model", "num_draft", without=("device_map",))
+@decoding_flags("model", "num_draft", without=("device_map", "compile"), defaults={"num_draft": "4"})
 def train_head(
     *,
     options: DecodingOptions,  # the model flags and --num-draft, from @decoding_flags
@@ -186,8 +186,11 @@ def train_head(
     from .paths import user_head_dir
     from .render import head_table
 
+    options.drafting.validate()
+    require(not options.drafting.adaptive, "train-head: --num-draft needs a number (the draft length that "
+                                           "held-out acceptance is measured at)")
     settings = TrainSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, depth=depth,
-                             vocab=vocab, num_draft=options.drafting.num_draft, seed=seed)
+                             vocab=vocab, num_draft=options.drafting.max_draft, seed=seed)
     recipe = HeadRecipe(prompts, max_new_tokens, generate_batch, settings)
     recipe.validate()
     destination = out_path or user_head_dir() / f"{Path(options.model.target).name.removesuffix('.gguf')}.safetensors"
@@ -225,6 +228,9 @@ def profile_command(
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the charts to this PNG file.")] = None,
     trace: Annotated[Optional[Path], typer.Option(
         "--trace", help="Write a torch.profiler trace (open in chrome://tracing or Perfetto).")] = None,
+    widths: Annotated[bool, typer.Option(
+        "--widths", help="Measure the target's forward cost by verification width (1-16) afresh, cache it for "
+                         "--num-draft auto, and show the draft length it picks for this run's acceptance.")] = False,
     options: DecodingOptions,  # the shared flags, from @decoding_flags
 ) -> None:
     """Show where decoding time goes: time split, acceptance, margins, draft-length sweep."""
@@ -239,7 +245,7 @@ def profile_command(
         if path is not None:
             _check_writable_file(path)
     session = Session(options)
-    report = run_profile(session, prompt or DEFAULT_PROMPT, sweep, bucket, overhead_repeats, trace)
+    report = run_profile(session, prompt or DEFAULT_PROMPT, sweep, bucket, overhead_repeats, trace, widths)
     if plot is not None:
         plot_report(report, plot)
         report["plot"] = str(plot)

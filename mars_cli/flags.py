@@ -62,8 +62,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
           help="Old name of --calibration (kept for one release)."),
     _flag("force", bool, False, "--force", rich_help_panel=DECODING,
           help="Use a --calibration profile made for another model."),
-    _flag("num_draft", int, DEFAULT_NUM_DRAFT, "--num-draft", "-k", rich_help_panel=DECODING,
-          help="Tokens drafted per round."),
+    _flag("num_draft", str, DEFAULT_NUM_DRAFT, "--num-draft", "-k", rich_help_panel=DECODING,
+          help="Tokens drafted per round, or 'auto': each round the length with the most expected tokens "
+               "per second, from the target's measured forward cost by width and the drafter's acceptance."),
     _flag("head_confidence", float, DEFAULT_HEAD_CONFIDENCE, "--head-confidence", rich_help_panel=DECODING,
           help="Draft head only: end a round's drafts once the head's own probability that all of them are "
                "accepted falls below this (0 always drafts --num-draft)."),
@@ -82,6 +83,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
           help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."),
     _flag("dtype", str, "auto", "--dtype", rich_help_panel=MODEL,
           help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16 or float16."),
+    _flag("compile", str, "auto", "--compile", rich_help_panel=MODEL,
+          help="Static KV cache with compiled target forwards (CUDA graphs on CUDA): 'on', 'off', or 'auto' (on "
+               "for CUDA where torch can compile; off on CPU, where the compile time is not won back)."),
     _flag("device_map", Optional[str], None, "--device-map", rich_help_panel=MODEL,
           help="'auto' spreads a target too large for one device over GPUs (and CPU) with accelerate."),
     _flag("trust_remote_code", bool, False, "--trust-remote-code", rich_help_panel=MODEL,
@@ -93,7 +97,7 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
 # The flags of each option group, named as DecodingOptions' groups (mars_cli/options.py); a name
 # a command asks for that is not a group is a single flag.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "model": ("target", "device", "dtype", "device_map", "trust_remote_code", "allow_pickle"),
+    "model": ("target", "device", "dtype", "compile", "device_map", "trust_remote_code", "allow_pickle"),
     "drafting": ("draft", "num_draft", "head_confidence"),
     "verification": ("verify", "threshold", "margin", "calibration", "profile_alias", "force"),
     "sampling": ("temperature", "top_p", "top_k", "seed"),

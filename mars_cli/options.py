@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from .models import LoadedModel
 
 MAX_NUM_DRAFT = 64
-DEFAULT_NUM_DRAFT = 4
+AUTO = "auto"
+DEFAULT_NUM_DRAFT = AUTO  # the cost model picks each round's length (decoding/cost.py)
+AUTO_MAX_DRAFT = 8  # the longest draft `auto` considers: verification widths up to 9
 DEFAULT_HEAD_CONFIDENCE = 0.1  # from the held-out cost model in docs/head.md
 
 
@@ -36,6 +38,7 @@ class ModelOptions:
     device_map: str | None = None
     trust_remote_code: bool = False
     allow_pickle: bool = False
+    compile: str = "auto"  # static cache + compiled forwards: auto, on or off (decoding/target.py)
 
     def load(self, spec: str | None = None) -> LoadedModel:
         """The target, or with `spec` another model (a draft model) on the same device, dtype and
@@ -44,6 +47,7 @@ class ModelOptions:
 
         settings = asdict(self)
         settings.pop("target")
+        settings.pop("compile")  # how the scorer runs the model, not how it is loaded
         if spec is not None:
             settings["device_map"] = None
         return load_model(self.target if spec is None else spec, **settings)
@@ -54,14 +58,28 @@ class DraftOptions:
     """Who proposes tokens and how many per round."""
 
     draft: str = "none"
-    num_draft: int = DEFAULT_NUM_DRAFT
+    num_draft: int | str = DEFAULT_NUM_DRAFT  # a fixed length, or "auto"
     head_confidence: float = DEFAULT_HEAD_CONFIDENCE  # draft head: stop drafting below this
     ngram_max: int = 3
     ngram_min: int = 1
 
+    def __post_init__(self) -> None:
+        if isinstance(self.num_draft, str) and self.num_draft.strip().lstrip("-").isdigit():
+            object.__setattr__(self, "num_draft", int(self.num_draft))  # "4" from the command line
+
+    @property
+    def adaptive(self) -> bool:
+        """`--num-draft auto`: each round's length from the measured cost model."""
+        return self.num_draft == AUTO
+
+    @property
+    def max_draft(self) -> int:
+        """The longest draft a round may propose."""
+        return AUTO_MAX_DRAFT if self.adaptive else int(self.num_draft)
+
     def validate(self) -> None:
-        require(1 <= self.num_draft <= MAX_NUM_DRAFT,
-                f"--num-draft must be between 1 and {MAX_NUM_DRAFT}, got {self.num_draft}")
+        require(self.adaptive or (isinstance(self.num_draft, int) and 1 <= self.num_draft <= MAX_NUM_DRAFT),
+                f"--num-draft must be 'auto' or between 1 and {MAX_NUM_DRAFT}, got {self.num_draft}")
         require(math.isfinite(self.head_confidence) and 0 <= self.head_confidence < 1,
                 f"--head-confidence must be in [0, 1), got {self.head_confidence}")
 
@@ -157,6 +175,7 @@ class DecodingOptions:
     def validate(self) -> None:
         """Every bad value gets one clear sentence (the CLI turns it into exit code 2)."""
         self.verification.validate()
+        require(self.model.compile in ("auto", "on", "off"), f"--compile {self.model.compile}: expected auto, on or off")
         require(self.max_new_tokens >= 1, f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
         self.sampling.validate()
         self.drafting.validate()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from .decoding import cost
 from .decoding.stats import DecodeStats
 from .decoding.verifiers import TopTwoRecorder, margin
 from .session import Session
@@ -65,9 +66,11 @@ def throughput_by_position(stats: DecodeStats, bucket: int) -> list[dict[str, fl
 
 
 def run_profile(session: Session, prompt: str, sweep: list[int] | None, bucket: int,
-                overhead_repeats: int, trace: Path | None) -> dict:
+                overhead_repeats: int, trace: Path | None, widths: bool = False) -> dict:
     """The whole report as one dict (rendered by the CLI, dumped as --json)."""
     prompt_ids = session.encode(prompt)
+    curve = cost.curve_for(session.scorer, bool(getattr(session.scorer, "compiled", False)), fresh=True) \
+        if widths else None  # measured first, while nothing else has warmed the caches unevenly
     warm = dataclasses.replace(session.settings(), max_new_tokens=min(8, session.options.max_new_tokens))
     session.run(prompt_ids, settings=warm)  # warm-up: first calls pay for allocation and dispatch
 
@@ -90,6 +93,8 @@ def run_profile(session: Session, prompt: str, sweep: list[int] | None, bucket: 
         },
         "by_position": throughput_by_position(main.stats, bucket),
     }
+    if curve is not None:
+        report["widths"] = _widths_report(curve, main.stats, session.options.drafting.max_draft)
     if sweep:
         report["num_draft_sweep"] = _sweep(session, prompt_ids, sweep)
     if overhead_repeats:
@@ -98,6 +103,34 @@ def run_profile(session: Session, prompt: str, sweep: list[int] | None, bucket: 
         _write_trace(session, prompt_ids, trace)
         report["trace"] = str(trace)
     return report
+
+
+def _widths_report(curve: cost.CostCurve, stats: DecodeStats, max_k: int) -> dict:
+    """The cost curve, and the draft length it picks for the acceptance this run measured."""
+    plain = curve.cost(1)
+    draft_ms = 1000 * stats.phase_s.get("draft", 0.0) / stats.drafted if stats.drafted else 0.0
+    chooser = cost.AdaptiveDraftLength(curve, max_k)
+    chooser.examined, chooser.accepted = _examined_and_accepted(stats, max_k)
+    acceptance = chooser.acceptance() if stats.drafted else []
+    return {
+        "key": curve.key,
+        "ms_by_width": {str(w): ms for w, ms in sorted(curve.ms_by_width.items())},
+        "relative_to_width_1": {str(w): ms / plain for w, ms in sorted(curve.ms_by_width.items())},
+        "draft_ms_per_token": draft_ms,
+        "acceptance_by_position": acceptance,
+        "best_num_draft": cost.best_draft_length(curve, acceptance, draft_ms, max_k) if acceptance else None,
+    }
+
+
+def _examined_and_accepted(stats: DecodeStats, max_k: int) -> tuple[list[int], list[int]]:
+    """Per draft position: rounds that looked at it (all before it accepted) and accepted it,
+    from the run's histogram of accepted drafts per round and drafts per position."""
+    examined, accepted = [0] * max_k, [0] * max_k
+    for position in range(min(max_k, len(stats.accepted_at))):
+        accepted[position] = stats.accepted_at[position]
+        reached = stats.accepted_at[position - 1] if position else stats.rounds
+        examined[position] = min(reached, stats.drafted_at[position])
+    return examined, accepted
 
 
 def _time_split(summary: dict) -> dict:
@@ -115,7 +148,8 @@ def _share_above(values: list[float], threshold: float) -> float:
 def _sweep(session: Session, prompt_ids: list[int], lengths: list[int]) -> list[dict]:
     rows = []
     for k in lengths:
-        result = session.run(prompt_ids, settings=dataclasses.replace(session.settings(), num_draft=k))
+        result = session.run(prompt_ids, settings=dataclasses.replace(session.settings(), num_draft=k,
+                                                                          adaptive_draft=False))
         stats = result.stats.summary()
         rows.append({"num_draft": k, "tokens_per_s": stats["tokens_per_s"], "mean_accepted": stats["mean_accepted"],
                      "acceptance_rate": stats["acceptance_rate"]})

@@ -57,10 +57,10 @@ def _bar(share: float, width: int = 30) -> str:
     return "█" * filled + "·" * (width - filled)
 
 
-def profile_tables(report: dict) -> list[Table]:
+def profile_tables(report: dict) -> list[Table | str]:
     """The `mars profile` report: time split, acceptance, margins, sweeps."""
     stats, config = report["stats"], report["config"]
-    tables = []
+    tables: list[Table | str] = []
     head = Table(title="decoding profile", show_header=False, title_justify="left")
     head.add_column("what", style="bold")
     head.add_column("value")
@@ -124,6 +124,22 @@ def profile_tables(report: dict) -> list[Table]:
             sweep.add_row(str(row["num_draft"]), f"{row['tokens_per_s']:.2f}", f"{row['mean_accepted']:.2f}",
                           f"{row['acceptance_rate']:.1%}", "best" if row["best"] else "")
         tables.append(sweep)
+    if report.get("widths"):
+        widths = report["widths"]
+        curve = Table(title=f"target forward cost by width ({widths['key']['device']}, {widths['key']['dtype']}"
+                            f"{', compiled' if widths['key']['compiled'] else ''}; cached for --num-draft auto)",
+                      title_justify="left")
+        for column in ("width", "ms", "vs width 1", ""):
+            curve.add_column(column, justify="right")
+        top = max(widths["relative_to_width_1"].values())
+        for width, ms in widths["ms_by_width"].items():
+            relative = widths["relative_to_width_1"][width]
+            curve.add_row(width, f"{ms:.1f}", f"{relative:.2f}x", _bar(relative / top, 20))
+        tables.append(curve)
+        if widths["best_num_draft"] is not None:
+            rates = " ".join(f"{rate:.2f}" for rate in widths["acceptance_by_position"])
+            tables.append(f"--num-draft auto picks k = {widths['best_num_draft']} for this run's acceptance by "
+                          f"position ({rates}) and {widths['draft_ms_per_token']:.1f} ms per drafted token")
     if report.get("by_position"):
         growth = Table(title="tokens/s by output position (KV cache growth)", title_justify="left")
         growth.add_column("positions")

@@ -6,6 +6,7 @@ target (and a draft model if asked), builds the drafter and verifier once, and d
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -14,8 +15,10 @@ import torch
 from .head.drafter import HeadDrafter, find_head, load_head
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from .decoding.loop import DecodeSettings, decode, make_generator
+from .decoding import cost
+from .decoding.cost import AdaptiveDraftLength
 from .decoding.stats import DecodeStats
-from .decoding.target import TargetScorer
+from .decoding.target import TargetScorer, resolve_compile
 from .decoding.verifiers import DEFAULT_THRESHOLD, Verifier
 from . import calibration_profiles
 from .errors import UserError, require
@@ -61,8 +64,13 @@ class Result:
     stats: DecodeStats = field(default_factory=DecodeStats)
 
 
+COMPILED_AUTO_DRAFT = 4  # `--num-draft auto` with `--compile on`: widths 1 and 5 only
+
+
 class Session:
     """One loaded target (and drafter) serving many prompts with fixed options."""
+
+    _draft_length: AdaptiveDraftLength | None = None
 
     def __init__(self, options: DecodingOptions, target: LoadedModel | None = None,
                  draft_model: LoadedModel | None = None) -> None:
@@ -82,7 +90,11 @@ class Session:
         )
         self.draft_model: LoadedModel | None = draft_model
         self.drafter = self._build_drafter()
-        self.scorer = TargetScorer(self.target, self.drafter.feature_layers)
+        compiled = resolve_compile(options.model.compile, self.target)
+        # the static cache's room after the prompt: the token budget and the widest padded round
+        headroom = options.max_new_tokens + options.drafting.max_draft + 2
+        self.scorer = TargetScorer(self.target, self.drafter.feature_layers, static_cache=compiled, compile=compiled,
+                                   headroom=headroom, fallback=options.model.compile == "auto")
 
     def _build_drafter(self) -> Drafter:
         drafting, sampling = self.options.drafting, self.options.sampling
@@ -125,7 +137,24 @@ class Session:
 
     # ------------------------------------------------------------------ decoding
     def settings(self) -> DecodeSettings:
-        return DecodeSettings(self.options.max_new_tokens, self.options.drafting.num_draft, self.options.stop)
+        drafting = self.options.drafting
+        if drafting.adaptive and self.scorer.compiled:
+            # a compiled scorer has one graph per width (each ~40 s to compile on CPU): a fixed length
+            return DecodeSettings(self.options.max_new_tokens, COMPILED_AUTO_DRAFT, self.options.stop)
+        return DecodeSettings(self.options.max_new_tokens, drafting.max_draft, self.options.stop,
+                              adaptive_draft=drafting.adaptive)
+
+    def draft_length(self) -> AdaptiveDraftLength | None:
+        """`--num-draft auto`: the per-round length chooser, built on first use from the target's
+        cost curve (measured once per model, device, dtype and compile mode, then cached). It keeps
+        learning this drafter's acceptance across the session's prompts."""
+        if isinstance(self.drafter, NoDrafter):
+            return None
+        if self._draft_length is None:
+            curve = cost.curve_for(self.scorer, self.scorer.compiled,
+                                   note=lambda text: print(f"mars: {text}", file=sys.stderr))
+            self._draft_length = AdaptiveDraftLength(curve, self.options.drafting.max_draft)
+        return self._draft_length
 
     def stream(self, prompt_ids: list[int], stats: DecodeStats,
                observe: Callable[[torch.Tensor], None] | None = None,
@@ -136,8 +165,10 @@ class Session:
         generator = make_generator(self.target.output_device, seed)
         if seed is not None and self.drafter.generator is not None:
             self.drafter.generator.manual_seed(seed + 1)
-        return decode(self.scorer, self.drafter, self.verifier, prompt_ids, settings or self.settings(),
-                      generator, stats, observe)
+        settings = settings or self.settings()
+        draft_length = self.draft_length() if settings.adaptive_draft else None
+        return decode(self.scorer, self.drafter, self.verifier, prompt_ids, settings, generator, stats, observe,
+                      draft_length)
 
     def run(self, prompt: str | list[int], observe: Callable[[torch.Tensor], None] | None = None,
             seed: int | None = None, settings: DecodeSettings | None = None) -> Result:
@@ -163,6 +194,7 @@ class Session:
             draft_head=getattr(getattr(self.drafter, "head", None), "source", None),
             device=str(self.target.device),
             dtype=str(self.target.dtype).replace("torch.", ""),
+            compiled=self.scorer.compiled,
             torch_version=torch.__version__,
             threads=torch.get_num_threads(),
         )

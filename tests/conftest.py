@@ -96,14 +96,14 @@ def tiny_other_vocab_dir(tmp_path_factory) -> Path:
 def tiny_target(tiny_dir):
     from mars_cli.models import load_model
 
-    return load_model(str(tiny_dir), device="cpu")
+    return load_model(str(tiny_dir), device="cpu", dtype="float32")  # the exact mode
 
 
 @pytest.fixture(scope="session")
 def tiny_draft(tiny_draft_dir):
     from mars_cli.models import load_model
 
-    return load_model(str(tiny_draft_dir), device="cpu")
+    return load_model(str(tiny_draft_dir), device="cpu", dtype="float32")
 
 
 @pytest.fixture(autouse=True)
@@ -118,4 +118,4 @@ def isolated_cache(tmp_path_factory, monkeypatch):
 def smollm2():
     from mars_cli.models import load_model
 
-    return load_model("smollm2-135m", device="cpu")
+    return load_model("smollm2-135m", device="cpu", dtype="float32")

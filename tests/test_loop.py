@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 
+from mars_cli.decoding.cost import AdaptiveDraftLength, CostCurve
 from mars_cli.decoding.drafters import Draft, Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from mars_cli.decoding.loop import DecodeSettings, decode, make_generator
 from mars_cli.decoding.sampling import SamplingParams
@@ -86,6 +87,26 @@ def test_every_drafter_reproduces_target_greedy_output(tiny_target, tiny_draft, 
         ]
         for drafter in drafters:
             assert run(tiny_target, drafter, prompt, max_new, k) == expected, (drafter.name, k)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_adaptive_draft_length_stays_lossless(tiny_target, seed):
+    """`--num-draft auto` changes only how many tokens are drafted each round, never the output."""
+    rng = random.Random(seed)
+    vocab = len(tiny_target.tokenizer)
+    prompt = random_prompt(rng, vocab, 17)
+    expected = hf_greedy(tiny_target, prompt, 40)
+    for costs in ({w: 50.0 * w for w in range(1, 10)}, {w: 50.0 + w for w in range(1, 10)}):
+        chooser = AdaptiveDraftLength(CostCurve({}, costs), max_k=8)
+        for drafter in (NgramDrafter(tiny_target.device, 3, 1),
+                        ScriptedDrafter(len(prompt), expected, vocab, wrong_share=0.3)):
+            tokens: list[int] = []
+            settings = DecodeSettings(40, 8, adaptive_draft=True)
+            for chunk in decode(TargetScorer(tiny_target), drafter, Verifier("strict"), prompt, settings,
+                                draft_length=chooser):
+                tokens.extend(chunk)
+            assert tokens == expected, (drafter.name, costs[2])
+        assert sum(chooser.examined) > 0  # it learned from the rounds it saw
 
 
 def test_always_right_drafts_are_all_accepted(tiny_target):
@@ -251,3 +272,31 @@ class ShortScriptedDrafter(ScriptedDrafter):
     def propose(self, history: torch.Tensor, k: int) -> Draft:
         full = super().propose(history, k)
         return Draft(full.tokens[: self.rng.randrange(0, k + 1)])
+
+
+def test_bfloat16_is_the_only_difference(tiny_dir, tiny_target):
+    """Strict greedy is exact with respect to the verification pass's logits in any dtype: every
+    emitted token is the argmax of the logits that scored it. In float32 the same prompts then
+    come out identical to plain decoding; in bfloat16 a (k + 1)-wide pass may round differently
+    from one-wide ones, which is the only way its output can differ (docs/method.md)."""
+    from mars_cli.models import load_model
+
+    rng = random.Random(7)
+    vocab = len(tiny_target.tokenizer)
+    prompts = [random_prompt(rng, vocab, length) for length in (5, 17, 40)]
+    bf16 = load_model(str(tiny_dir), device="cpu", dtype="bfloat16")
+    for target in (tiny_target, bf16):
+        for prompt in prompts:
+            plain = run(target, NoDrafter(target.device), prompt, 30)
+            emitted, argmaxes = [], []
+
+            def observe(logits: torch.Tensor) -> None:
+                argmaxes.extend(logits.argmax(dim=-1).tolist())
+
+            scorer = TargetScorer(target)
+            drafter = ScriptedDrafter(len(prompt), plain, vocab, wrong_share=0.3)
+            for chunk in decode(scorer, drafter, Verifier("strict"), prompt, DecodeSettings(30, 4), observe=observe):
+                emitted.extend(chunk)
+            assert emitted == argmaxes  # exact w.r.t. the verification logits, whatever the dtype
+            if target.dtype == torch.float32:
+                assert emitted == plain  # and in float32 that is the plain greedy output

@@ -15,9 +15,32 @@ from mars_cli.models import cache_entry_is_valid, load_model, resolve_device, re
 def test_auto_device_and_dtype():
     expected = "cuda" if torch.cuda.is_available() else ("cpu", "mps")
     assert resolve_device("auto").type in expected
-    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
     assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
     assert resolve_dtype("float16", torch.device("cpu")) == torch.float16
+    assert resolve_dtype("float32", torch.device("cpu")) == torch.float32
+
+
+@pytest.mark.parametrize("native, expected", [(True, torch.bfloat16), (False, torch.float32)])
+def test_auto_dtype_on_cpu_follows_native_bfloat16(monkeypatch, native, expected):
+    """The capability probe is mocked, not the model: auto is bfloat16 only where the CPU computes it."""
+    monkeypatch.setattr(models, "cpu_computes_bfloat16", lambda: native)
+    assert resolve_dtype("auto", torch.device("cpu")) == expected
+
+
+def test_cpu_probe_reads_what_torch_reports(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert models.cpu_computes_bfloat16()
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    assert not models.cpu_computes_bfloat16()
+
+
+def test_emulated_bfloat16_warns_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(models, "cpu_computes_bfloat16", lambda: False)
+    assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and "no native bfloat16" in warning[0]
 
 
 def test_missing_accelerator_is_a_clear_error():

@@ -17,6 +17,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
+from .cost import AdaptiveDraftLength
 from .drafters import Drafter
 from .stats import DecodeStats, PhaseClock
 from .target import TargetScorer
@@ -31,6 +32,7 @@ class DecodeSettings:
     record_margins: bool = True
     time_phases: bool = True  # per-phase laps; off only to measure their own cost
     ignore_eos: bool = False  # keep going past EOS (soak tests and fixed-length benchmarks)
+    adaptive_draft: bool = False  # the session's cost model picks each round's length (<= num_draft)
 
 
 def make_generator(device: torch.device, seed: int | None) -> torch.Generator:
@@ -52,9 +54,11 @@ def decode(
     generator: torch.Generator | None = None,
     stats: DecodeStats | None = None,
     observe: Callable[[torch.Tensor], None] | None = None,
+    draft_length: AdaptiveDraftLength | None = None,
 ) -> Iterator[list[int]]:
     """Yield the tokens emitted by each round; fill `stats` as it goes. `observe`, if given,
-    receives the target's raw logits at the positions whose tokens were emitted ([m, V])."""
+    receives the target's raw logits at the positions whose tokens were emitted ([m, V]).
+    `draft_length`, if given, picks each round's draft length (at most `settings.num_draft`)."""
     stats = stats if stats is not None else DecodeStats()
     target = scorer.target
     prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long)
@@ -84,10 +88,12 @@ def decode(
         if window is not None:
             room = min(room, window - length - 1)
         k = max(0, min(settings.num_draft, room))
+        if draft_length is not None:
+            k = draft_length.choose(k)
         draft = drafter.propose(history[:length], k) if k else None
         draft_tokens = draft.tokens[:k].to(target.device) if draft else pending[:0]
         draft_probs = draft.probs[:k] if draft and draft.probs is not None else None
-        clock.lap("draft")
+        draft_s = clock.lap("draft")
 
         scored = scorer.score(pending, draft_tokens, width=k + 1)
         logits = scored.logits
@@ -110,6 +116,8 @@ def decode(
         if features is not None:
             drafter.observe_features(features)
         drafter.commit(length + len(accepted))
+        if draft_length is not None:
+            draft_length.observe(len(drafted), len(accepted), draft_s)
         clock.lap("rollback")
 
         emitted, reason = _cut_at_eos_or_budget(emitted, eos, budget - produced)

@@ -27,16 +27,19 @@ class PhaseClock:
         self.totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self.start = self._mark = time.perf_counter()
 
-    def lap(self, phase: str) -> None:
-        """With `enabled=False` only the round boundary ("other") reads the clock, which lets
+    def lap(self, phase: str) -> float:
+        """Charge the time since the last lap to `phase` and return it. With `enabled=False`
+        only the round boundary ("other") reads the clock (other laps return 0), which lets
         `mars profile` measure what the per-phase laps themselves cost."""
         if not self.enabled and phase != "other":
-            return
+            return 0.0
         if self._sync is not None:
             self._sync()
         now = time.perf_counter()
-        self.totals[phase] += now - self._mark
+        seconds = now - self._mark
+        self.totals[phase] += seconds
         self._mark = now
+        return seconds
 
     def exclude(self) -> None:
         """Leave out the time since the last lap (the consumer's, between rounds) entirely."""

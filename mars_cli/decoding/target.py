@@ -7,17 +7,25 @@ fed positions stand, `keep(rows)` makes the cache hold exactly those (a prefix i
 set is gathered into place first) and returns their features for the drafter.
 
 Fed rows are numbered 0 (the pending token) .. k (the last draft); draft i sits at row i + 1.
+
+Two cache modes: the default grows a `KVCache` and runs every forward eagerly; `static_cache`
+preallocates a `StaticKVCache` per scorer (reset in place for each sequence, regrown only when a
+sequence needs more room), and `compile` runs the verification forwards (widths 1 and k + 1)
+through one `torch.compile`d function (CUDA graphs on CUDA) while the prefill stays eager.
+docs/architecture.md ("Static cache and compiled forwards") has the design and the measurements.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from ..errors import UserError
 from ..models import LoadedModel
-from .kv import KVCache
+from .kv import KVCache, StaticCacheUnsupported, StaticKVCache, compile_forward, static_cache_problem
 
 FeatureLayers = tuple[int, ...]
 LAST_LAYER: FeatureLayers = (-1,)  # what the LM head reads (after the final norm)
@@ -42,6 +50,61 @@ class Scored:
     features: torch.Tensor | None
 
 
+COMPILE_CHOICES = ("auto", "on", "off")
+
+
+def compile_unavailable(device: torch.device) -> str | None:
+    """Why torch cannot compile forwards for `device` in this process (one sentence), or None:
+    dynamo unsupported on this Python or platform; on CPU no C++ compiler for inductor; on CUDA
+    no Triton."""
+    import torch._dynamo
+
+    if not torch._dynamo.is_dynamo_supported():
+        version = ".".join(map(str, sys.version_info[:2]))
+        return f"torch {torch.__version__} cannot compile on this platform (Python {version})"
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return "torch.compile needs Triton for CUDA, and it is not installed"
+    elif device.type == "cpu":
+        try:
+            from torch._inductor.cpp_builder import get_cpp_compiler
+
+            get_cpp_compiler()
+        except Exception:  # noqa: BLE001 - any failure to find one means the same to the user
+            return "torch.compile on CPU needs a C++ compiler (g++ or clang++) and none was found"
+    return None
+
+
+def compile_pays(device: torch.device) -> bool:
+    """Where `--compile auto` turns compiling on: CUDA, where an eager forward is bound by kernel
+    launches and a captured graph removes most of that. Not on CPU: measured in
+    docs/architecture.md, the compile time is not won back by a one-shot run."""
+    return device.type == "cuda"
+
+
+def resolve_compile(choice: str, target: LoadedModel) -> bool:
+    """Whether to decode with the static cache and compiled forwards. `on` where it cannot be
+    done is a `UserError`; `auto` then quietly stays eager."""
+    if choice not in COMPILE_CHOICES:
+        raise UserError(f"--compile {choice}: expected auto, on or off")
+    if choice == "off":
+        return False
+    spread = len(set((getattr(target.model, "hf_device_map", None) or {}).values())) > 1
+    problem = ("a model spread over devices (--device-map) is not compiled" if spread else None) \
+        or compile_unavailable(target.device) or static_cache_problem(target.model, 1)
+    if choice == "on":
+        if problem is not None:
+            raise UserError(f"--compile on: {problem}")
+        return True
+    return problem is None and compile_pays(target.device)
+
+
+STATIC_BLOCK = 256  # static caches are sized in whole blocks: fewer distinct shapes, fewer compiles
+DEFAULT_HEADROOM = 256  # positions a sequence may add after its context, unless the caller says
+
+
 class TargetScorer:
     """The target model, its cache and its padding policy for one sequence at a time.
 
@@ -49,34 +112,114 @@ class TargetScorer:
     copies of the pending token. A forward's cost on CPU depends on its width unevenly
     (docs/head.md), so two widths are cheaper than k + 1 of them; the padding's logits are
     dropped and its cache rows go with the next `keep`.
+
+    `static_cache`: a preallocated cache sized for the context plus `headroom` positions (what
+    the loop may add: the token budget and the widest round), rounded up to whole `STATIC_BLOCK`s
+    and at most the model's context window. `max_length` caps it lower (memory); a sequence that
+    needs more fails with a `UserError` before its prefill, or with `fallback` runs on the growing
+    cache instead (eagerly, with a note on stderr once). Never truncated.
+
+    `compile`: static cache, and the verification forwards through `torch.compile` (`dynamic=False`;
+    mode "reduce-overhead", i.e. CUDA graphs, on CUDA; the default mode elsewhere), built once per
+    scorer and reused across sequences. Each fed width is one compiled graph, so drafts are always
+    padded, and a round narrower than a width already compiled is padded up to it (the loop's
+    rounds narrow near the token budget; padding is cheaper than a compile). The prefill is eager.
     """
 
-    def __init__(self, target: LoadedModel, feature_layers: FeatureLayers = (), pad_drafts: bool = True) -> None:
+    def __init__(self, target: LoadedModel, feature_layers: FeatureLayers = (), pad_drafts: bool = True, *,
+                 static_cache: bool = False, compile: bool = False, headroom: int = DEFAULT_HEADROOM,
+                 max_length: int | None = None, fallback: bool = False) -> None:
         self.target = target
         self.feature_layers = tuple(feature_layers)
-        self.pad_drafts = pad_drafts
-        self.cache = KVCache(target.model)
+        self.static = static_cache or compile
+        self.compiled = compile
+        self.pad_drafts = pad_drafts or compile
+        self.headroom = headroom
+        window = target.context_window
+        self.max_length = min(x for x in (max_length, window, sys.maxsize) if x is not None)
+        self.fallback = fallback
+        self.cache: KVCache | StaticKVCache = KVCache(target.model)
         self.committed = 0  # cache positions that are final (the loop's history minus `pending`)
         self._features: torch.Tensor | None = None  # last pass's features, until `keep` reads them
+        self._static: StaticKVCache | None = None
+        self._noted = False
+        self._widths: set[int] = set()  # widths fed through the compiled forward so far
+        self._step: Callable | None = None
+        if compile:
+            select = (lambda states: select_features(states, self.feature_layers)) if self.feature_layers else None
+            self._step = compile_forward(target.model, select, cuda_graphs=target.device.type == "cuda")
 
-    def start(self, context: torch.Tensor) -> torch.Tensor | None:
-        """A new sequence: a fresh cache holding `context` ([n] token ids, may be empty);
-        returns its features when the drafter reads them."""
-        self.cache = KVCache(self.target.model)
+    @property
+    def kind(self) -> str:
+        """What serves the current sequence: "dynamic", "static" or "compiled"."""
+        if self.cache is not self._static:
+            return "dynamic"
+        return "compiled" if self.compiled else "static"
+
+    def start(self, context: torch.Tensor, room: int | None = None) -> torch.Tensor | None:
+        """A new sequence: an empty cache, then `context` ([n] token ids, may be empty) fed
+        eagerly; returns its features when the drafter reads them. `room`: the positions this
+        sequence may add after the context, if not `headroom` (a static cache is sized for it;
+        a cost measurement that feeds one round at a time needs only its widest)."""
         self.committed = 0
         self._features = None
+        room = self.headroom if room is None else room
+        self.cache = self._static_cache_for(context.numel(), room) if self.static else KVCache(self.target.model)
         if context.numel() == 0:
             return None
-        output = self._forward(context)
+        with torch.inference_mode():
+            output = self._forward(context, eager=True)
         self.committed = context.numel()
         return output.features
+
+    def _static_cache_for(self, context: int, room: int) -> KVCache | StaticKVCache:
+        """The scorer's static cache, emptied, with room for `context` + `room` positions
+        (reallocated larger when it has not); or, with `fallback`, a growing cache."""
+        window = self.target.context_window
+        needed = context + room
+        if window is not None:
+            needed = min(needed, window)  # the loop stops at the window
+        needed = max(needed, context + 1)
+        problem = None
+        if needed > self.max_length:
+            problem = (f"the sequence needs {needed} cache positions (a {context}-token context and room for "
+                       f"{needed - context} more) but the static cache holds at most {self.max_length}")
+        elif self._static is None or self._static.capacity < needed:
+            capacity = min(-(-needed // STATIC_BLOCK) * STATIC_BLOCK, self.max_length)
+            try:
+                self._static = StaticKVCache(self.target.model, capacity)
+            except StaticCacheUnsupported:
+                try:  # exactly what is needed may still fit (a sliding window shorter than a block)
+                    self._static = StaticKVCache(self.target.model, needed)
+                except StaticCacheUnsupported as error:
+                    problem = str(error)
+        if problem is None:
+            with torch.inference_mode():
+                self._static.reset()
+            return self._static
+        if not self.fallback:
+            raise UserError(f"{problem}; decode with --compile off")
+        if not self._noted:
+            print(f"mars: note: {problem}; such sequences decode with the growing cache, uncompiled",
+                  file=sys.stderr)
+            self._noted = True
+        return KVCache(self.target.model)
 
     def score(self, pending: torch.Tensor, drafts: torch.Tensor, width: int) -> Scored:
         """Feed `pending` ([1]) and `drafts` ([k'], k' <= width - 1) after the committed cache."""
         feed = torch.cat([pending, drafts])
-        if self.pad_drafts and 0 < drafts.numel() < width - 1:  # padding is scored, then dropped
-            feed = torch.cat([feed, pending.expand(width - 1 - drafts.numel())])
-        output = self._forward(feed)
+        if self.pad_drafts and drafts.numel() > 0:  # padding is scored, then dropped
+            width = max(width, feed.numel())
+            if self.kind == "compiled":  # reuse a wider compiled width that fits
+                room = self.cache.room()
+                width = min((w for w in self._widths if width <= w <= room), default=width)
+            if feed.numel() < width:
+                feed = torch.cat([feed, pending.expand(width - feed.numel())])
+        if isinstance(self.cache, StaticKVCache) and feed.numel() > self.cache.room():
+            raise UserError(f"the sequence outgrew its static cache ({self.cache.capacity} positions); "
+                            "decode with --compile off")
+        with torch.inference_mode():
+            output = self._forward(feed)
         real = 1 + drafts.numel()
         self._features = None if output.features is None else output.features[:real]
         return Scored(output.logits[:real], self._features)
@@ -85,17 +228,41 @@ class TargetScorer:
         """Keep the fed rows `rows` (ascending; row 0, the pending token, always stands) after the
         committed prefix; everything else fed this round leaves the cache. Returns the features
         of the kept rows, in order, when the drafter reads them."""
-        rows = torch.as_tensor(rows, dtype=torch.long)
-        keep = torch.cat([torch.arange(self.committed), self.committed + rows])
-        self.cache.keep(keep)
-        self.committed = keep.numel()
+        rows = [int(row) for row in rows]
+        prefix = rows == list(range(len(rows)))  # a chain's accepted drafts: a crop, no index tensors
+        with torch.inference_mode():  # a static cache's tensors are inference tensors
+            if prefix:
+                self.cache.truncate(self.committed + len(rows))
+            else:
+                self.cache.keep(torch.cat([torch.arange(self.committed), self.committed + torch.tensor(rows)]))
+        self.committed += len(rows)
         if self._features is None:
             return None
-        kept = self._features[rows.to(self._features.device)]
+        kept = self._features[: len(rows)] if prefix else self._features[torch.tensor(rows, device=self._features.device)]
         self._features = None
         return kept
 
-    def _forward(self, feed: torch.Tensor) -> Scored:
-        output = self.cache.forward(feed[None].to(self.target.device), hidden=bool(self.feature_layers))
+    def rewind(self, length: int) -> None:
+        """Forget everything after the first `length` committed positions (cost measurements
+        time forwards of several widths after the same context)."""
+        with torch.inference_mode():
+            self.cache.truncate(length)
+        self.committed = min(self.committed, length)
+        self._features = None
+
+    def _forward(self, feed: torch.Tensor, eager: bool = False) -> Scored:
+        ids = feed[None].to(self.target.device)
+        if not eager and self.kind == "compiled" and self.cache.initialized:
+            # a copy made here (inference mode) is an inference tensor whatever the caller passed:
+            # the compiled graph is guarded on that, and would otherwise be compiled twice
+            if not self._widths:
+                print("mars: note: compiling the target's forwards, once per verification width (up to a minute "
+                      "each the first time; torch caches them for later runs)", file=sys.stderr)
+            logits, features = self.cache.call(self._step, ids.clone())
+            self._widths.add(ids.shape[1])
+            if self.target.device.type == "cuda":  # a CUDA graph's outputs are overwritten by its next replay
+                logits, features = logits.clone(), None if features is None else features.clone()
+            return Scored(logits[0], None if features is None else features[0])
+        output = self.cache.forward(ids, hidden=bool(self.feature_layers))
         features = select_features(output.hidden_states, self.feature_layers)[0] if self.feature_layers else None
         return Scored(output.logits[0], features)

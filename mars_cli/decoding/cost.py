@@ -1,0 +1,231 @@
+"""A measured cost model: what one target forward costs by its width, and the draft length
+that buys the most tokens per second with it.
+
+Speculative decoding pays only when a verification pass over k + 1 positions costs little more
+than a pass over one, and how much more depends on the device, the dtype and the kernels: on this
+project's CPU in float32 a width of 3 costs more than a width of 5, in bfloat16 widths up to 8 are
+free. So the curve is measured, not assumed: once per (device, dtype, model, compile mode,
+threads, torch version), then cached as JSON in the user cache. A cache file that does not parse
+or does not match its key is measured again, never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import torch
+
+from ..paths import cache_dir, write_atomic
+
+if TYPE_CHECKING:
+    from .target import TargetScorer
+
+SCHEMA = 1
+DEFAULT_WIDTHS = tuple(range(1, 17))
+CONTEXT_TOKENS = 200  # cached tokens before the timed forwards (a typical prompt + some output)
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Milliseconds per target forward by width (positions fed), after `context` cached tokens."""
+
+    key: dict
+    ms_by_width: dict[int, float]
+
+    def cost(self, width: int) -> float:
+        """The measured cost at `width`; between measured widths the next wider one (a forward
+        is never assumed cheaper than a narrower measured one would suggest), and past the
+        widest a linear extrapolation from the last two."""
+        widths = sorted(self.ms_by_width)
+        if width in self.ms_by_width:
+            return self.ms_by_width[width]
+        wider = [w for w in widths if w > width]
+        if wider:
+            return self.ms_by_width[wider[0]]
+        if len(widths) == 1:
+            return self.ms_by_width[widths[0]] * width / widths[0]
+        a, b = widths[-2], widths[-1]
+        slope = max(0.0, (self.ms_by_width[b] - self.ms_by_width[a]) / (b - a))
+        return self.ms_by_width[b] + slope * (width - b)
+
+    def to_json(self) -> str:
+        return json.dumps({"schema": SCHEMA, "key": self.key,
+                           "ms_by_width": {str(w): ms for w, ms in sorted(self.ms_by_width.items())}}, indent=1)
+
+
+def expected_tokens(acceptance: Sequence[float], k: int) -> float:
+    """Tokens one round emits on average with k drafts, given the chance that each draft
+    position is accepted when all before it were (`acceptance[i]` for position i; positions past
+    the list reuse its last value): 1 + a0 + a0*a1 + ... (the bonus or correction always comes)."""
+    total, reach = 1.0, 1.0
+    for position in range(k):
+        rate = acceptance[min(position, len(acceptance) - 1)] if acceptance else 0.0
+        reach *= min(max(rate, 0.0), 1.0)
+        total += reach
+    return total
+
+
+def best_draft_length(curve: CostCurve, acceptance: Sequence[float], draft_ms: float, max_k: int,
+                      min_k: int = 1) -> int:
+    """The k in [min_k, max_k] with the most expected tokens per millisecond: a round costs one
+    forward of width k + 1 plus k drafting steps of `draft_ms` each."""
+    def rate(k: int) -> float:
+        return expected_tokens(acceptance, k) / (curve.cost(k + 1) + k * draft_ms)
+
+    return max(range(min_k, max_k + 1), key=lambda k: (rate(k), -k))
+
+
+# --------------------------------------------------------------------------- measuring
+def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, compiled: bool,
+              context: int) -> dict:
+    """Everything the cost depends on that can change between runs on one machine."""
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    return {
+        "model": model_fingerprint,
+        "device": f"{device.type}:{device_name}",
+        "dtype": str(dtype).replace("torch.", ""),
+        "compiled": compiled,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "context": context,
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def cache_path(key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / "costs" / f"{digest}.json"
+
+
+def load_cached(key: dict) -> CostCurve | None:
+    """The cached curve for `key`, or None when absent, unreadable, stale or malformed."""
+    path = cache_path(key)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("schema") != SCHEMA or data.get("key") != key:
+            return None
+        costs = {int(w): float(ms) for w, ms in data["ms_by_width"].items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if not costs or any(w < 1 or not math.isfinite(ms) or ms <= 0 for w, ms in costs.items()):
+        return None
+    return CostCurve(key, costs)
+
+
+def save(curve: CostCurve) -> Path:
+    path = cache_path(curve.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, curve.to_json())
+    return path
+
+
+def time_widths(run_width: Callable[[int], None], widths: Sequence[int], repeats: int,
+                synchronize: Callable[[], None] = lambda: None) -> dict[int, float]:
+    """Median milliseconds of `run_width(w)` for each width, widths interleaved within each
+    repeat (drift on a shared machine then spreads over all widths alike), after one warm-up."""
+    for width in widths:
+        run_width(width)
+    samples: dict[int, list[float]] = {w: [] for w in widths}
+    for _ in range(repeats):
+        for width in widths:
+            synchronize()
+            start = time.perf_counter()
+            run_width(width)
+            synchronize()
+            samples[width].append((time.perf_counter() - start) * 1000)
+    return {w: statistics.median(values) for w, values in samples.items()}
+
+
+
+def measure_curve(scorer: "TargetScorer", key: dict, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: int = 5,
+                  context: int = CONTEXT_TOKENS) -> CostCurve:
+    """Time one forward of each width through `scorer` (so a static or compiled scorer is timed
+    as it decodes) after `context` cached tokens of a fixed pseudo-text; widths interleaved."""
+    target = scorer.target
+    vocab = target.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, vocab, (context + max(widths),), generator=generator)
+    scorer.start(tokens[:context])
+    pending = tokens[context : context + 1]
+
+    def run_width(width: int) -> None:
+        scorer.score(pending, tokens[context + 1 : context + width], width=width)
+        scorer.rewind(context)
+
+    device = target.device
+    synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    with torch.inference_mode():
+        costs = time_widths(run_width, widths, repeats, synchronize)
+    return CostCurve(key, costs)
+
+
+def curve_for(scorer: "TargetScorer", compiled: bool = False, fresh: bool = False,
+              note: Callable[[str], None] | None = None) -> CostCurve:
+    """The cached curve for this scorer's model, device, dtype and compile mode; measured (and
+    cached) when there is none, when the file is stale or corrupt, or when `fresh`."""
+    target = scorer.target
+    key = curve_key(target.fingerprint, target.device, target.dtype, compiled, CONTEXT_TOKENS)
+    curve = None if fresh else load_cached(key)
+    if curve is None:
+        if note is not None:
+            note("measuring the target's forward cost by width (once per model, device and dtype; cached)")
+        curve = measure_curve(scorer, key)
+        save(curve)
+    return curve
+
+
+class AdaptiveDraftLength:
+    """`--num-draft auto`: before each round, the draft length with the most expected tokens
+    per second, from the cost curve and this drafter's acceptance by position as measured so far
+    (with a weak prior, so early rounds still explore longer drafts)."""
+
+    PRIOR_RATE = 0.6
+    PRIOR_WEIGHT = 2.0
+
+    def __init__(self, curve: CostCurve, max_k: int) -> None:
+        self.curve = curve
+        self.max_k = max_k
+        self.examined = [0] * max_k  # rounds whose draft position i was looked at
+        self.accepted = [0] * max_k  # ... and accepted
+        self.draft_s = 0.0
+        self.drafted = 0
+
+    def acceptance(self) -> list[float]:
+        """P(draft position i accepted | all before it were), smoothed towards the prior."""
+        return [(a + self.PRIOR_RATE * self.PRIOR_WEIGHT) / (e + self.PRIOR_WEIGHT)
+                for a, e in zip(self.accepted, self.examined)]
+
+    def choose(self, room: int) -> int:
+        """The draft length for the next round, at most `room`."""
+        if room <= 1:
+            return room
+        draft_ms = 1000 * self.draft_s / self.drafted if self.drafted else 0.0
+        return best_draft_length(self.curve, self.acceptance(), draft_ms, min(room, self.max_k))
+
+    def observe(self, drafted: int, accepted: int, draft_s: float) -> None:
+        """One round's outcome: `drafted` proposed, the first `accepted` of them stood."""
+        for position in range(min(drafted, accepted + 1, self.max_k)):
+            self.examined[position] += 1
+            if position < accepted:
+                self.accepted[position] += 1
+        if drafted:
+            self.draft_s += draft_s
+            self.drafted += drafted

@@ -1,0 +1,84 @@
+"""The measured cost model: draft-length choice from a cost curve, the curve cache, the
+per-round chooser of `--num-draft auto`, and `mars profile --widths`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mars_cli.decoding import cost
+from mars_cli.decoding.cost import AdaptiveDraftLength, CostCurve, best_draft_length, expected_tokens
+from mars_cli.decoding.target import TargetScorer
+
+STEEP = CostCurve({}, {w: 50.0 * w for w in range(1, 17)})  # every extra position costs a full step
+FLAT = CostCurve({}, {w: 50.0 + 0.5 * w for w in range(1, 17)})  # widths nearly free (bfloat16 here)
+
+
+def test_expected_tokens_is_one_plus_the_chain_of_acceptances():
+    assert expected_tokens([0.5, 0.5], 0) == 1.0
+    assert expected_tokens([0.5, 0.5], 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens([0.8], 3) == pytest.approx(1 + 0.8 + 0.64 + 0.512)  # the last rate carries on
+
+
+def test_steep_widths_pick_a_short_draft_and_flat_widths_a_long_one():
+    acceptance = [0.7] * 8
+    assert best_draft_length(STEEP, acceptance, draft_ms=0.0, max_k=8) == 1
+    assert best_draft_length(FLAT, acceptance, draft_ms=0.0, max_k=8) == 8
+    # a dear drafter shortens the draft even on a flat curve
+    assert best_draft_length(FLAT, acceptance, draft_ms=20.0, max_k=8) < 8
+
+
+def test_uneven_curve_skips_dear_widths():
+    """This CPU in float32: a width of 3 costs more than 5 (docs/benchmarks.md)."""
+    uneven = CostCurve({}, {1: 54.0, 2: 87.3, 3: 112.2, 4: 85.3, 5: 70.2, 6: 75.3, 7: 93.8, 8: 74.6})
+    assert best_draft_length(uneven, [0.6] * 8, draft_ms=0.0, max_k=7) in (4, 7)  # widths 5 or 8, never 3
+
+
+def test_cost_between_and_past_measured_widths():
+    curve = CostCurve({}, {1: 10.0, 4: 12.0, 8: 20.0})
+    assert curve.cost(2) == 12.0  # the next wider measured width
+    assert curve.cost(10) == pytest.approx(24.0)  # extrapolated from 4 -> 8
+
+
+def test_chooser_learns_acceptance_and_shortens_for_a_poor_drafter():
+    chooser = AdaptiveDraftLength(FLAT, max_k=8)
+    assert chooser.choose(8) >= 6  # the prior: flat widths, decent acceptance: long drafts
+    for _ in range(200):
+        chooser.observe(drafted=8, accepted=0, draft_s=0.004)  # never accepted, 0.5 ms a token
+    assert chooser.acceptance()[0] < 0.02
+    assert chooser.choose(8) < 8
+    assert chooser.choose(1) == 1 and chooser.choose(0) == 0
+
+
+def test_a_corrupt_or_stale_cache_file_is_measured_again(tmp_path, monkeypatch, tiny_target):
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path))
+    scorer = TargetScorer(tiny_target)
+    measured = []
+    original = cost.measure_curve
+
+    def counting(*args, **kwargs):
+        measured.append(1)
+        return original(*args, widths=(1, 2, 3), repeats=1)
+
+    monkeypatch.setattr(cost, "measure_curve", counting)
+    first = cost.curve_for(scorer)
+    assert sorted(first.ms_by_width) == [1, 2, 3] and len(measured) == 1
+    assert cost.curve_for(scorer).ms_by_width == first.ms_by_width and len(measured) == 1  # cached
+    path = cost.cache_path(first.key)
+    for corrupt in ("{not json", json.dumps({"schema": 1, "key": first.key, "ms_by_width": {"1": -3}}),
+                    json.dumps({"schema": 1, "key": {**first.key, "torch": "0.0"}, "ms_by_width": {"1": 5}})):
+        path.write_text(corrupt)
+        cost.curve_for(scorer)
+    assert len(measured) == 4  # never trusted: measured again each time
+    assert cost.load_cached(first.key) is not None
+
+
+def test_measuring_leaves_the_scorer_usable(tiny_target):
+    scorer = TargetScorer(tiny_target)
+    curve = cost.measure_curve(scorer, {}, widths=(1, 4), repeats=1, context=20)
+    assert set(curve.ms_by_width) == {1, 4} and all(ms > 0 for ms in curve.ms_by_width.values())
+    assert len(scorer.cache) == scorer.committed == 20
+    with torch.inference_mode():
+        assert scorer.score(torch.tensor([3]), torch.tensor([4]), width=2).logits.shape[0] == 2
