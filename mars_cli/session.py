@@ -89,8 +89,8 @@ class Session:
             sampling=options.sampling.params,
         )
         self.draft_model: LoadedModel | None = draft_model
+        compiled = self._compiled = resolve_compile(options.model.compile, self.target)
         self.drafter = self._build_drafter()
-        compiled = resolve_compile(options.model.compile, self.target)
         # the static cache's room after the prompt: the token budget and the widest padded round
         headroom = options.max_new_tokens + options.drafting.max_draft + 2
         self.scorer = TargetScorer(self.target, self.drafter.feature_layers, static_cache=compiled, compile=compiled,
@@ -112,7 +112,7 @@ class Session:
         if spec == "head" or spec.startswith("head:"):
             head = load_head(spec, self.target)
             return HeadDrafter(head, self.target, sampling.params, make_generator(self.target.output_device, seed),
-                               drafting.head_confidence)
+                               drafting.head_confidence, compile=self._compiled)
         shared = self.draft_model is not None and self.draft_model.spec == spec
         draft = self.draft_model if shared else self.options.model.load(spec)
         check_same_vocabulary(self.target, draft)

@@ -341,3 +341,24 @@ def test_killed_training_resumes_to_the_same_head(tiny_target, tiny_data, tmp_pa
     resumed, _, resumed_losses = train(tiny_target, sequences, features, settings, tmp_path / "b.ckpt", True, {})
     assert resumed_losses == whole_losses
     assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()))
+
+
+def test_compiled_head_drafts_what_the_eager_head_drafts(tiny_target):
+    """`--compile on` compiles the head's one-token drafting step (dynamic cache length): the
+    drafts, and so the decoded tokens, are the eager head's (float32)."""
+    from mars_cli.decoding.target import compile_unavailable
+
+    if compile_unavailable(tiny_target.device) is not None:
+        pytest.skip("torch cannot compile here")
+    head = random_head(tiny_target)
+    prompt = [5, 9, 14, 20, 5, 9, 14, 20, 7]
+    eager = HeadDrafter(head, tiny_target, SamplingParams(0.0), None)
+    compiled = HeadDrafter(head, tiny_target, SamplingParams(0.0), None, compile=True)
+    for k, length in ((4, 6), (6, 9)):  # another cache length: the same graph
+        drafts = []
+        for drafter in (eager, compiled):
+            drafter.reset()
+            drafter.observe_features(target_features(tiny_target, prompt[: length - 1]))
+            drafts.append(drafter.propose(torch.tensor(prompt[:length]), k).tokens.tolist())
+        assert drafts[0] == drafts[1] and len(drafts[0]) == k
+    assert compiled.compiled and not eager.compiled

@@ -73,8 +73,12 @@ class HeadDrafter(Drafter):
     feature_layers = LAST_LAYER  # the target's final normed state, what its LM head reads
 
     def __init__(self, head: DraftHead, target: LoadedModel, sampling: SamplingParams,
-                 generator: torch.Generator | None, min_confidence: float = 0.0) -> None:
+                 generator: torch.Generator | None, min_confidence: float = 0.0, compile: bool = False) -> None:
         self.head = head
+        # `--compile on`: the one-token drafting step (every draft after a round's first) runs
+        # through torch.compile with a dynamic cache length: one graph for all lengths
+        self._extend = torch.compile(head.extend, dynamic=True) if compile else None
+        self.compiled = compile
         self.min_confidence = min_confidence
         self.target_device = target.device
         self.sampling = sampling
@@ -114,6 +118,16 @@ class HeadDrafter(Drafter):
         token = sample(q, self.generator)
         return token, q, float(q[token]) if gating else 1.0
 
+    def _draft_step(self, feature: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+        """The head reads its own prediction and drafted token (compiled: `extend` on the cache's
+        tensors, the same arithmetic as `step`)."""
+        if self._extend is None:
+            return self.head.step(feature, token, self.cache)
+        cache = self.cache
+        position = torch.full((1,), len(cache), dtype=torch.long, device=feature.device)
+        feature, cache.keys, cache.values = self._extend(feature, token, position, cache.keys, cache.values)
+        return feature
+
     @torch.inference_mode()
     def propose(self, history: torch.Tensor, k: int) -> Draft:
         self.cache.truncate(self.read)  # forget last round's drafted pairs
@@ -134,7 +148,7 @@ class HeadDrafter(Drafter):
             if q is not None:
                 rows.append(q)
             if step + 1 < k:
-                feature = self.head.step(feature, token.reshape(1), self.cache)
+                feature = self._draft_step(feature, token.reshape(1))
         if not drafted:
             return Draft.empty(self.target_device)
         probs = torch.stack(rows).to(self.target_device) if rows else None

@@ -188,6 +188,15 @@ class DraftHead(nn.Module):
         attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         return self._finish(x, attended)
 
+    def extend(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+               keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One drafting step as a pure function, for `torch.compile`: a single new pair
+        ([1, H] feature, [1] token, [1] position) after `keys`/`values` ([heads, T, d]); returns
+        (predicted feature [1, H], keys, values) with the pair appended. Same arithmetic as `step`."""
+        x, q, k, v = self._project(features, tokens, positions)
+        keys, values = torch.cat([keys, k], dim=1), torch.cat([values, v], dim=1)
+        return self._finish(x, F.scaled_dot_product_attention(q, keys, values)), keys, values
+
     # ------------------------------------------------------------------ training
     def unrolled(self, features: torch.Tensor, tokens: torch.Tensor, depth: int) -> list[torch.Tensor]:
         """Teacher-forced pairs for a batch ([B, T, H] true features, [B, T] next tokens), then
