@@ -69,8 +69,8 @@ def run_profile(session: Session, prompt: str, sweep: list[int] | None, bucket: 
                 overhead_repeats: int, trace: Path | None, widths: bool = False) -> dict:
     """The whole report as one dict (rendered by the CLI, dumped as --json)."""
     prompt_ids = session.encode(prompt)
-    curve = cost.curve_for(session.scorer, bool(getattr(session.scorer, "compiled", False)), fresh=True) \
-        if widths else None  # measured first, while nothing else has warmed the caches unevenly
+    # measured first, while nothing else has warmed the caches unevenly
+    curve = cost.curve_for(session.scorer, fresh=True) if widths else None
     warm = dataclasses.replace(session.settings(), max_new_tokens=min(8, session.options.max_new_tokens))
     session.run(prompt_ids, settings=warm)  # warm-up: first calls pay for allocation and dispatch
 

@@ -151,8 +151,7 @@ class Session:
         if isinstance(self.drafter, NoDrafter):
             return None
         if self._draft_length is None:
-            curve = cost.curve_for(self.scorer, self.scorer.compiled,
-                                   note=lambda text: print(f"mars: {text}", file=sys.stderr))
+            curve = cost.curve_for(self.scorer, note=lambda text: print(f"mars: {text}", file=sys.stderr))
             self._draft_length = AdaptiveDraftLength(curve, self.options.drafting.max_draft)
         return self._draft_length
 

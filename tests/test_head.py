@@ -346,10 +346,12 @@ def test_killed_training_resumes_to_the_same_head(tiny_target, tiny_data, tmp_pa
 def test_compiled_head_drafts_what_the_eager_head_drafts(tiny_target):
     """`--compile on` compiles the head's one-token drafting step (dynamic cache length): the
     drafts, and so the decoded tokens, are the eager head's (float32)."""
-    from mars_cli.decoding.target import compile_unavailable
+    from mars_cli.decoding.target import compile_unavailable, resolve_compile
 
-    if compile_unavailable(tiny_target.device) is not None:
-        pytest.skip("torch cannot compile here")
+    if compile_unavailable(tiny_target.device) is not None:  # then --compile on is refused outright
+        with pytest.raises(UserError, match="--compile on: "):
+            resolve_compile("on", tiny_target)
+        return
     head = random_head(tiny_target)
     prompt = [5, 9, 14, 20, 5, 9, 14, 20, 7]
     eager = HeadDrafter(head, tiny_target, SamplingParams(0.0), None)

@@ -61,6 +61,18 @@ def test_keep_gathers_a_branch_of_a_tree(tiny_target):
 
 
 @torch.inference_mode()
+def test_keep_refuses_to_gather_layers_without_rows(tiny_target):
+    """A layer that stores no per-position rows (linear attention) cannot gather: a named error,
+    while a prefix (a crop) still works."""
+    from mars_cli.decoding.kv import CacheGatherUnsupported
+
+    cache = fresh_cache(tiny_target, PREFIX)
+    cache.cache.layers[-1].keys = None  # what a linear-attention layer looks like to the gather
+    with pytest.raises(CacheGatherUnsupported, match="cannot gather rows"):
+        cache.keep([0, 1, 3])
+
+
+@torch.inference_mode()
 def test_keep_refuses_positions_outside_the_cache(tiny_target):
     cache = fresh_cache(tiny_target, PREFIX)
     with pytest.raises(ValueError):

@@ -99,15 +99,13 @@ def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, 
 
 
 def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    """The CPU's model name (Linux), else what the platform module reports."""
     import platform
 
-    return platform.processor() or platform.machine()
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.is_file() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine()
 
 
 def cache_path(key: dict) -> Path:
@@ -177,12 +175,11 @@ def measure_curve(scorer: "TargetScorer", key: dict, widths: Sequence[int] = DEF
     return CostCurve(key, costs)
 
 
-def curve_for(scorer: "TargetScorer", compiled: bool = False, fresh: bool = False,
-              note: Callable[[str], None] | None = None) -> CostCurve:
+def curve_for(scorer: "TargetScorer", fresh: bool = False, note: Callable[[str], None] | None = None) -> CostCurve:
     """The cached curve for this scorer's model, device, dtype and compile mode; measured (and
     cached) when there is none, when the file is stale or corrupt, or when `fresh`."""
     target = scorer.target
-    key = curve_key(target.fingerprint, target.device, target.dtype, compiled, CONTEXT_TOKENS)
+    key = curve_key(target.fingerprint, target.device, target.dtype, scorer.compiled, CONTEXT_TOKENS)
     curve = None if fresh else load_cached(key)
     if curve is None:
         if note is not None:

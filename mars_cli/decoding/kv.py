@@ -61,20 +61,18 @@ class KVCache:
         gathers gives kept rows the positions they end up at (a tree's depth does)."""
         _keep(self, indices)
 
-    def _gather(self, sources: torch.Tensor, destinations: torch.Tensor) -> None:
-        for layer in self.cache.layers:
-            if not hasattr(layer, "keys") or not hasattr(layer, "values") or layer.keys is None:
-                raise NotImplementedError(f"cannot gather rows of a {type(layer).__name__} cache layer")
-            # a sliding-window layer stores only its last rows: shift absolute positions to its storage
-            offset = layer.get_seq_length() - layer.keys.shape[-2]
-            move = destinations >= offset  # rows before the stored window are never read again
-            source = (sources[move] - offset).to(layer.keys.device)
-            destination = (destinations[move] - offset).to(layer.keys.device)
-            layer.keys[..., destination, :] = layer.keys[..., source, :]
-            layer.values[..., destination, :] = layer.values[..., source, :]
+    def _row_offset(self, layer) -> int:
+        """Position of a layer's first stored row: a sliding-window layer stores only its last rows."""
+        return layer.get_seq_length() - layer.keys.shape[-2]
+
+
+class CacheGatherUnsupported(ValueError):
+    """A cache layer that stores no per-position rows (linear attention) cannot gather them."""
 
 
 def _keep(cache: "KVCache | StaticKVCache", indices: Sequence[int] | torch.Tensor) -> None:
+    """`keep` for both caches: crop a prefix; otherwise move the rows after the longest kept prefix
+    into place in every layer (at `cache._row_offset(layer)` in its storage), then crop."""
     indices = torch.as_tensor(indices, dtype=torch.long).cpu()
     count = indices.numel()
     in_place = indices == torch.arange(count)
@@ -82,7 +80,16 @@ def _keep(cache: "KVCache | StaticKVCache", indices: Sequence[int] | torch.Tenso
     if prefix < count:
         if not bool((indices[1:] > indices[:-1]).all()) or int(indices[-1]) >= len(cache):
             raise ValueError("keep: indices must be ascending positions inside the cache")
-        cache._gather(indices[prefix:], torch.arange(prefix, count))
+        sources, destinations = indices[prefix:], torch.arange(prefix, count)
+        for layer in cache.cache.layers:
+            if getattr(layer, "keys", None) is None or getattr(layer, "values", None) is None:
+                raise CacheGatherUnsupported(f"cannot gather rows of a {type(layer).__name__} cache layer")
+            offset = cache._row_offset(layer)
+            move = destinations >= offset  # rows before a sliding window's storage are never read again
+            source = (sources[move] - offset).to(layer.keys.device)
+            destination = (destinations[move] - offset).to(layer.keys.device)
+            layer.keys[..., destination, :] = layer.keys[..., source, :]
+            layer.values[..., destination, :] = layer.values[..., source, :]
     cache.truncate(count)
 
 
@@ -181,11 +188,8 @@ class StaticKVCache:
     def keep(self, indices: Sequence[int] | torch.Tensor) -> None:
         _keep(self, indices)
 
-    def _gather(self, sources: torch.Tensor, destinations: torch.Tensor) -> None:
-        for layer in self.cache.layers:  # static layers store position p at row p
-            source, destination = sources.to(layer.keys.device), destinations.to(layer.keys.device)
-            layer.keys[..., destination, :] = layer.keys[..., source, :]
-            layer.values[..., destination, :] = layer.values[..., source, :]
+    def _row_offset(self, layer) -> int:
+        return 0  # static layers store position p at row p
 
 
 def static_cache_problem(model: torch.nn.Module, capacity: int) -> str | None:
