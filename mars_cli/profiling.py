@@ -118,7 +118,7 @@ def _widths_report(curve: cost.CostCurve, stats: DecodeStats, max_k: int) -> dic
         "relative_to_width_1": {str(w): ms / plain for w, ms in sorted(curve.ms_by_width.items())},
         "draft_ms_per_token": draft_ms,
         "acceptance_by_position": acceptance,
-        "best_num_draft": cost.best_draft_length(curve, acceptance, draft_ms, max_k) if acceptance else None,
+        "best_num_draft": cost.best_draft_length(curve, acceptance, draft_ms, max_k, min_k=0) if acceptance else None,
     }
 
 

@@ -64,9 +64,6 @@ class Result:
     stats: DecodeStats = field(default_factory=DecodeStats)
 
 
-COMPILED_AUTO_DRAFT = 4  # `--num-draft auto` with `--compile on`: widths 1 and 5 only
-
-
 class Session:
     """One loaded target (and drafter) serving many prompts with fixed options."""
 
@@ -138,11 +135,9 @@ class Session:
     # ------------------------------------------------------------------ decoding
     def settings(self) -> DecodeSettings:
         drafting = self.options.drafting
-        if drafting.adaptive and self.scorer.compiled:
-            # a compiled scorer has one graph per width (each ~40 s to compile on CPU): a fixed length
-            return DecodeSettings(self.options.max_new_tokens, COMPILED_AUTO_DRAFT, self.options.stop)
-        return DecodeSettings(self.options.max_new_tokens, drafting.max_draft, self.options.stop,
-                              adaptive_draft=drafting.adaptive)
+        # a compiled scorer has one graph per width: `auto` then drafts cost.COMPILED_DRAFT tokens or none
+        most = cost.COMPILED_DRAFT if drafting.adaptive and self.scorer.compiled else drafting.max_draft
+        return DecodeSettings(self.options.max_new_tokens, most, self.options.stop, adaptive_draft=drafting.adaptive)
 
     def draft_length(self) -> AdaptiveDraftLength | None:
         """`--num-draft auto`: the per-round length chooser, built on first use from the target's
@@ -152,7 +147,10 @@ class Session:
             return None
         if self._draft_length is None:
             curve = cost.curve_for(self.scorer, note=lambda text: print(f"mars: {text}", file=sys.stderr))
-            self._draft_length = AdaptiveDraftLength(curve, self.options.drafting.max_draft)
+            if self.scorer.compiled:
+                self._draft_length = AdaptiveDraftLength(curve, cost.COMPILED_DRAFT, lengths=(cost.COMPILED_DRAFT,))
+            else:
+                self._draft_length = AdaptiveDraftLength(curve, self.options.drafting.max_draft)
         return self._draft_length
 
     def stream(self, prompt_ids: list[int], stats: DecodeStats,

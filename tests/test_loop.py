@@ -106,7 +106,9 @@ def test_adaptive_draft_length_stays_lossless(tiny_target, seed):
                                 draft_length=chooser):
                 tokens.extend(chunk)
             assert tokens == expected, (drafter.name, costs[2])
-        assert sum(chooser.examined) > 0  # it learned from the rounds it saw
+        if costs[2] < 2 * costs[1]:  # flat widths: it drafted, and learned from the rounds it saw
+            assert sum(chooser.examined) > 0
+        # (steep widths: a width-2 round costs two plain steps, so it mostly decodes plainly)
 
 
 def test_always_right_drafts_are_all_accepted(tiny_target):

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 SCHEMA = 1
 DEFAULT_WIDTHS = tuple(range(1, 17))
+# A compiled scorer has one graph per width, each a compile (about 30 s cold on a GPU, 45 s on this
+# project's CPU): with `--num-draft auto` it drafts this many tokens or none, so widths 1 and 5 only.
+COMPILED_DRAFT = 4
+COMPILED_WIDTHS = (1, COMPILED_DRAFT + 1)
 CONTEXT_TOKENS = 200  # cached tokens before the timed forwards (a typical prompt + some output)
 
 
@@ -73,13 +77,15 @@ def expected_tokens(acceptance: Sequence[float], k: int) -> float:
 
 
 def best_draft_length(curve: CostCurve, acceptance: Sequence[float], draft_ms: float, max_k: int,
-                      min_k: int = 1) -> int:
-    """The k in [min_k, max_k] with the most expected tokens per millisecond: a round costs one
-    forward of width k + 1 plus k drafting steps of `draft_ms` each."""
+                      min_k: int = 1, lengths: Sequence[int] | None = None) -> int:
+    """The k in [min_k, max_k] (and in `lengths`, when given) with the most expected tokens per
+    millisecond: a round costs one forward of width k + 1 plus k drafting steps of `draft_ms`
+    each. k = 0, plain decoding (one forward of width 1, no drafting), is allowed when min_k is 0."""
     def rate(k: int) -> float:
         return expected_tokens(acceptance, k) / (curve.cost(k + 1) + k * draft_ms)
 
-    return max(range(min_k, max_k + 1), key=lambda k: (rate(k), -k))
+    candidates = [k for k in range(min_k, max_k + 1) if lengths is None or k == 0 or k in lengths] or [min_k]
+    return max(candidates, key=lambda k: (rate(k), -k))
 
 
 # --------------------------------------------------------------------------- measuring
@@ -184,7 +190,7 @@ def curve_for(scorer: "TargetScorer", fresh: bool = False, note: Callable[[str],
     if curve is None:
         if note is not None:
             note("measuring the target's forward cost by width (once per model, device and dtype; cached)")
-        curve = measure_curve(scorer, key)
+        curve = measure_curve(scorer, key, COMPILED_WIDTHS if scorer.compiled else DEFAULT_WIDTHS)
         save(curve)
     return curve
 
@@ -192,18 +198,28 @@ def curve_for(scorer: "TargetScorer", fresh: bool = False, note: Callable[[str],
 class AdaptiveDraftLength:
     """`--num-draft auto`: before each round, the draft length with the most expected tokens
     per second, from the cost curve and this drafter's acceptance by position as measured so far
-    (with a weak prior, so early rounds still explore longer drafts)."""
+    (with a weak prior, so early rounds still explore longer drafts).
+
+    The choice includes 0, not drafting at all, where drafting costs more than it brings (a dear
+    drafter against a cheap captured forward on a GPU, or one the target rarely agrees with). A
+    round that does not draft teaches nothing, so while 0 wins every `PROBE_EVERY`-th round still
+    drafts, at the best positive length, to keep the acceptance and drafting cost current.
+    `lengths`, when given, are the only draft lengths allowed (a compiled scorer has a graph for
+    a few widths only); 0 is always allowed."""
 
     PRIOR_RATE = 0.6
     PRIOR_WEIGHT = 2.0
+    PROBE_EVERY = 16
 
-    def __init__(self, curve: CostCurve, max_k: int) -> None:
+    def __init__(self, curve: CostCurve, max_k: int, lengths: Sequence[int] | None = None) -> None:
         self.curve = curve
         self.max_k = max_k
+        self.lengths = None if lengths is None else sorted({0, *lengths})
         self.examined = [0] * max_k  # rounds whose draft position i was looked at
         self.accepted = [0] * max_k  # ... and accepted
         self.draft_s = 0.0
         self.drafted = 0
+        self.rounds_without_draft = 0
 
     def acceptance(self) -> list[float]:
         """P(draft position i accepted | all before it were), smoothed towards the prior."""
@@ -211,11 +227,17 @@ class AdaptiveDraftLength:
                 for a, e in zip(self.accepted, self.examined)]
 
     def choose(self, room: int) -> int:
-        """The draft length for the next round, at most `room`."""
-        if room <= 1:
-            return room
+        """The draft length for the next round, at most `room` (0: plain decoding this round)."""
+        if room < 1:
+            return 0
         draft_ms = 1000 * self.draft_s / self.drafted if self.drafted else 0.0
-        return best_draft_length(self.curve, self.acceptance(), draft_ms, min(room, self.max_k))
+        top = min(room, self.max_k)
+        best = best_draft_length(self.curve, self.acceptance(), draft_ms, top, 0, self.lengths)
+        if best == 0:
+            self.rounds_without_draft += 1
+            if self.rounds_without_draft % self.PROBE_EVERY == 0:  # probe: keep measuring the drafter
+                return best_draft_length(self.curve, self.acceptance(), draft_ms, top, 1, self.lengths)
+        return best
 
     def observe(self, drafted: int, accepted: int, draft_s: float) -> None:
         """One round's outcome: `drafted` proposed, the first `accepted` of them stood."""

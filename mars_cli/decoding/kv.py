@@ -97,7 +97,21 @@ class StaticCacheUnsupported(ValueError):
     """The model's cache layers cannot serve as a static cache of the asked length."""
 
 
-class _WindowWithinCapacity(StaticLayer):
+class _RollbackLayer(StaticLayer):
+    """transformers' static layer, croppable whatever the transformers version: 5.24 added
+    `StaticLayer.crop`, before it a static cache could not roll back. A static layer stores
+    position p at row p and its length in a tensor (`cumulative_length`), so a crop only moves that
+    length back, in place (CUDA graphs hold its address); stale rows are overwritten next."""
+
+    is_croppable = True
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("a static layer is cropped by a negative count of tokens to remove")
+        self.cumulative_length.sub_(-tokens_to_remove)
+
+
+class _WindowWithinCapacity(_RollbackLayer):
     """A sliding-window layer whose window is at least the cache's capacity: no position in the
     cache is ever out of another's window, so it is a plain static layer (croppable, and its length
     lives in a tensor, not in the Python int transformers' `StaticSlidingWindowLayer` keeps, which a
@@ -134,7 +148,9 @@ class StaticKVCache:
                         f"a static cache of {capacity} positions is longer than the model's sliding window "
                         f"({window}); its sliding layers could not roll back")
                 self.cache.layers[index] = _WindowWithinCapacity(max_cache_len=capacity)
-            elif type(layer) is not StaticLayer:
+            elif type(layer) is StaticLayer:
+                self.cache.layers[index] = _RollbackLayer(max_cache_len=capacity)
+            else:
                 raise StaticCacheUnsupported(f"{type(layer).__name__} cache layers cannot be used as a static cache")
         self.length = 0
 
@@ -177,7 +193,8 @@ class StaticKVCache:
     def truncate(self, length: int) -> None:
         excess = self.length - length
         if excess > 0:
-            self.cache.crop(-excess)
+            for layer in self.cache.layers:  # every layer is a _RollbackLayer (see __init__)
+                layer.crop(-excess)
             self.length = length
 
     def reset(self) -> None:
