@@ -281,6 +281,9 @@ def eval_command(
         help="Fail (exit 1) if a method's task metric, or its ROUGE-L agreement with vanilla, drops by more.")] = None,
     allow_code_execution: Annotated[bool, typer.Option(
         "--allow-code-execution", help="Run generated code to score code suites (sandboxed subprocess).")] = False,
+    weak_sandbox: Annotated[bool, typer.Option(
+        "--weak-sandbox", help="Accept weaker isolation for generated code where namespaces are unavailable "
+                               "(process group, limits, nobody when root).")] = False,
     out_dir: Annotated[Optional[Path], typer.Option(
         "--out", help="Directory for results.json, samples.jsonl, report.md and plots.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run in --out.")] = False,
@@ -299,6 +302,11 @@ def eval_command(
     gates.validate()
     method_list = ev.parse_methods(methods, ev.parse_sweep(sweep) if sweep else [])
     specs, suites = load_suites(suite, limit, allow_code_execution)
+    strict_sandbox = True
+    if allow_code_execution and any(s.needs_execution for s in suites):
+        from .evaluation.execution import sandbox_mode
+
+        strict_sandbox = sandbox_mode(weak_sandbox)  # refuses (exit 2) before any model loads
     log_path = ev.prepare_out_dir(out_dir, resume, run_signature(specs, limit, method_list, repeats, options))
 
     sessions = ev.build_sessions(options, method_list, options.model.load())
@@ -309,7 +317,8 @@ def eval_command(
         with _progress() as progress:
             task = progress.add_task("evaluating", total=total)
             ev.evaluate(suites, method_list, sessions, log, repeats, allow_code_execution,
-                        lambda name: progress.update(task, advance=1, description=f"evaluating ({name})"))
+                        lambda name: progress.update(task, advance=1, description=f"evaluating ({name})"),
+                        strict_sandbox)
     except KeyboardInterrupt:
         interrupted = True
     results, failures = build_results(_reproduce_command("eval"), suites, method_list, sessions, repeats,

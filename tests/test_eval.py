@@ -119,27 +119,40 @@ def test_generated_code_runs_sandboxed():
     assert not big.passed and "MemoryError" in big.reason
 
 
-def test_sandbox_has_no_network_where_namespaces_exist():
-    import shutil
-    import subprocess
+def test_code_suites_without_the_flag_run_unscored_with_one_note(capsys, tiny_dir):
+    """The built-in code suite and humaneval behave alike without --allow-code-execution: they run,
+    unscored, with one note (humaneval's prompts do not fit the tiny model, so it is loaded only)."""
+    from mars_cli.evaluation.suites import load_suites
 
-    tool = shutil.which("unshare")
-    available = tool is not None and subprocess.run([tool, "-rn", "true"], capture_output=True).returncode == 0
-    # the sandbox uses a network namespace exactly when the system offers one
-    assert execution.network_isolation_prefix() == ((tool, "-rn") if available else ())
-    probe = execution.run_program(
-        "import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('127.0.0.1', 9))\n", timeout=10)
-    assert not probe.passed  # nothing listens on port 9 either way; in a namespace, nothing is even up
-    if available:
-        assert "Network is unreachable" in probe.reason or "OSError" in probe.reason or "refused" in probe.reason
-        listing = execution.run_program("import socket\nprint(socket.if_nameindex())\n"
-                                        "assert all(name == 'lo' for _, name in socket.if_nameindex())\n")
-        assert listing.passed, listing.reason  # only loopback exists inside the sandbox
+    _, suites = load_suites("humaneval,code,math", 1, False)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(notes) == 1 and "humaneval, code are scored by running generated code" in notes[0]
+    assert [s.name for s in suites] == ["humaneval", "code", "math"]
+    code = main(["eval", "--suite", "code", "--limit", "1", "-n", "3", "--methods", "vanilla", "--target",
+                 str(tiny_dir), "--device", "cpu", "--json"])
+    captured = capsys.readouterr()
+    notes = [line for line in captured.err.splitlines() if "--allow-code-execution" in line]
+    assert code == 0 and len(notes) == 1 and "task metric is not reported" in notes[0]
+    assert json.loads(captured.out)["table"]["code"][0]["task_metric"] is None
 
 
-def test_humaneval_refused_without_flag(capsys, tiny_dir):
-    code = main(["eval", "--suite", "humaneval", "--limit", "1", "--target", str(tiny_dir), "--device", "cpu"])
-    assert code == 2 and "--allow-code-execution" in capsys.readouterr().err
+def test_jsonl_suite_with_tests_is_a_code_suite(capsys, tmp_path, tiny_dir, monkeypatch):
+    """`test`/`entry_point` fields make a user code suite, scored only with --allow-code-execution;
+    a HumanEval-style `check(candidate)` test is called with the entry point."""
+    from mars_cli.evaluation import runner as ev
+    from mars_cli.evaluation.suites import Sample
+
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"id": "a", "prompt": "write add", "entry_point": "add", '
+                    '"test": "def check(f):\\n    assert f(2, 3) == 5"}\n')
+    suite = load_suite(str(path))
+    assert suite.metric == "tests" and suite.needs_execution
+    sample = suite.samples[0]
+    good, bad = "```python\ndef add(a, b):\n    return a + b\n```", "def add(a, b):\n    return a - b\n"
+    assert ev.task_score(suite, sample, good, True) == 1.0
+    assert ev.task_score(suite, sample, bad, True) == 0.0
+    assert ev.task_score(suite, sample, good, False) is None
+    assert ev.task_score(suite, Sample("b", ["x"], {"test": "assert add(1, 1) == 2"}), good, True) == 1.0
 
 
 # ----------------------------------------------------------------------------- end to end

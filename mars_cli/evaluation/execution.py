@@ -1,23 +1,34 @@
 """Running generated code, only when the user opted in with --allow-code-execution.
 
-Each program runs in a fresh Python subprocess (isolated mode, empty temporary directory,
-minimal environment, no stdin) with a wall-clock timeout, CPU-time and memory limits, and, where
-the system allows unprivileged network namespaces (`unshare -rn`), no network at all.
+Each program runs through the launcher in `jail.py`: a fresh `python -I -B` in an empty temporary
+directory, with a minimal environment, no stdin, a wall-clock timeout, CPU-time, memory, file-size
+and process-count limits, as an unprivileged user, in private mount, PID and network namespaces
+where every mount but its own directory is read-only. The launcher's process group is killed at
+the end of every run and on timeout, and the PID namespace takes every process the program forked
+with it. Where the system cannot build that isolation, code runs only with --weak-sandbox.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
-import resource
-import shutil
+import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserError
+from .jail import SETUP_FAILED
 
 MEMORY_LIMIT_BYTES = 1 << 30
 CPU_SECONDS = 10
+FILE_SIZE_BYTES = 1 << 20
+MAX_PROCESSES = 16  # the program and what it forks (threads count too)
+LAUNCHER = Path(__file__).with_name("jail.py")
 
 
 @dataclass
@@ -26,50 +37,92 @@ class Outcome:
     reason: str  # "passed", "failed", "timeout" or the first line of the error
 
 
-def _limits() -> None:  # runs in the child before exec
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-    os.setsid()
+class SandboxUnavailable(UserError):
+    """Strict isolation cannot be built on this system (the reason is the message)."""
 
 
-@functools.lru_cache(maxsize=1)
-def network_isolation_prefix() -> tuple[str, ...]:
-    """`unshare -rn` when it works here (a private network namespace with no interfaces up)."""
-    tool = shutil.which("unshare")
-    if tool is None:
-        return ()
+def _reachable() -> list[str]:
+    """What the unprivileged program must be able to read: the interpreter and its library."""
+    return [sys.executable, os.path.realpath(sys.executable), os.path.dirname(os.__file__),
+            sysconfig.get_path("platstdlib"), sysconfig.get_path("stdlib")]
+
+
+def _kill_group(pgid: int) -> None:
     try:
-        probe = subprocess.run([tool, "-rn", "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    return (tool, "-rn") if probe.returncode == 0 else ()
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
-def run_program(source: str, timeout: float = 10.0) -> Outcome:
-    with tempfile.TemporaryDirectory(prefix="mars-exec-") as folder:
+def run_program(source: str, timeout: float = 10.0, strict: bool = True) -> Outcome:
+    """Run `source` in the sandbox. `strict=False` (--weak-sandbox) runs it with whatever part of
+    the isolation the system allows; strict mode raises SandboxUnavailable when a step fails."""
+    with tempfile.TemporaryDirectory(prefix="mars-exec-") as folder, \
+            tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         path = os.path.join(folder, "program.py")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(source)
-        command = [*network_isolation_prefix(), sys.executable, "-I", "-B", path]
-        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "HOME": folder}
+        os.chmod(path, 0o644)
+        config = {"strict": strict, "folder": folder, "program": path, "python": sys.executable,
+                  "memory": MEMORY_LIMIT_BYTES, "cpu": CPU_SECONDS, "fsize": FILE_SIZE_BYTES,
+                  "processes": MAX_PROCESSES, "reachable": _reachable()}
+        # stdout and stderr go to unlinked files, not pipes: a forked child that keeps them open
+        # cannot hold the run past the program's own end
+        launcher = subprocess.Popen([sys.executable, "-I", "-B", str(LAUNCHER), json.dumps(config)], cwd=folder,
+                                    env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, stdout=stdout,
+                                    stderr=stderr, start_new_session=True)
         try:
-            done = subprocess.run(command, cwd=folder, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=timeout, preexec_fn=_limits)
+            code = launcher.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            return Outcome(False, "timeout")
-    if done.returncode == 0:
+            code = None
+        finally:
+            _kill_group(launcher.pid)  # whatever is left of the run, on timeout and after every run
+            launcher.wait()
+        stderr.seek(0)
+        errors = stderr.read().decode("utf-8", errors="replace")
+    if code is None:
+        return Outcome(False, "timeout")
+    if code == 0:
         return Outcome(True, "passed")
-    last = (done.stderr.strip().splitlines() or ["failed"])[-1]
-    return Outcome(False, last[:200])
+    lines = errors.strip().splitlines() or ["failed"]
+    if code == SETUP_FAILED and lines[-1].startswith("mars-sandbox: "):
+        raise SandboxUnavailable(lines[-1].removeprefix("mars-sandbox: "))
+    return Outcome(False, lines[-1][:200])
 
 
-def check_completion(prompt: str, completion: str, test: str, entry_point: str, timeout: float = 10.0) -> Outcome:
+@functools.lru_cache(maxsize=1)
+def isolation_problem() -> str | None:
+    """Why strict isolation cannot be built here, or None when it can (probed once)."""
+    if not sys.platform.startswith("linux"):
+        return "it needs Linux namespaces"
+    try:
+        probe = run_program("pass\n", timeout=30)
+    except SandboxUnavailable as exc:
+        return str(exc)
+    return None if probe.passed else f"a probe program failed: {probe.reason}"
+
+
+def sandbox_mode(weak_allowed: bool) -> bool:
+    """True for strict isolation; False when the user accepted weaker isolation and strict is not
+    available here (one warning line); a one-line refusal otherwise."""
+    problem = isolation_problem()
+    if problem is None:
+        return True
+    if not weak_allowed:
+        raise UserError(f"cannot isolate generated code here ({problem}); pass --weak-sandbox to run it with "
+                        "weaker isolation (process group, resource limits, nobody when root), or leave out "
+                        "--allow-code-execution")
+    print(f"mars: warning: running generated code with weaker isolation ({problem})", file=sys.stderr)
+    return False
+
+
+def check_completion(prompt: str, completion: str, test: str, entry_point: str, timeout: float = 10.0,
+                     strict: bool = True) -> Outcome:
     """HumanEval convention: prompt + completion, then the test's `check(entry_point)`."""
     program = f"{prompt}{completion}\n\n{test}\n\ncheck({entry_point})\n"
-    return run_program(program, timeout)
+    return run_program(program, timeout, strict)
 
 
-def check_function(code: str, test: str, timeout: float = 10.0) -> Outcome:
+def check_function(code: str, test: str, timeout: float = 10.0, strict: bool = True) -> Outcome:
     """Built-in code suite: the generated code, then plain asserts."""
-    return run_program(f"{code}\n\n{test}\n", timeout)
+    return run_program(f"{code}\n\n{test}\n", timeout, strict)

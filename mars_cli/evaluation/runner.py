@@ -66,7 +66,9 @@ def parse_methods(text: str, sweep: list[float]) -> list[Method]:
 
 
 # --------------------------------------------------------------------------- scoring
-def task_score(suite: Suite, sample: Sample, output: str, allow_execution: bool) -> float | None:
+def task_score(suite: Suite, sample: Sample, output: str, allow_execution: bool, strict: bool = True) -> float | None:
+    """The sample's task metric, or None when it has no reference for it (or its code may not
+    run). `strict=False` runs generated code with the weaker isolation of --weak-sandbox."""
     reference = sample.reference
     if suite.metric == "exact_number" and "answer" in reference:
         return exact_number(output, reference["answer"])
@@ -75,9 +77,13 @@ def task_score(suite: Suite, sample: Sample, output: str, allow_execution: bool)
     if suite.metric == "chrf" and "reference" in reference:
         return chrf(output.strip(), reference["reference"])
     if suite.metric == "tests" and allow_execution and "test" in reference:
-        return float(execution.check_function(extract_code(output), reference["test"]).passed)
+        test = reference["test"]
+        if reference.get("entry_point") and "def check(" in test:  # a HumanEval-style test of the user's own
+            test = f"{test}\n\ncheck({reference['entry_point']})"
+        return float(execution.check_function(extract_code(output), test, strict=strict).passed)
     if suite.metric == "pass@1" and allow_execution:
-        outcome = execution.check_completion(reference["prompt"], output, reference["test"], reference["entry_point"])
+        outcome = execution.check_completion(reference["prompt"], output, reference["test"], reference["entry_point"],
+                                             strict=strict)
         return float(outcome.passed)
     return None
 
@@ -191,6 +197,7 @@ def evaluate(
     repeats: int,
     allow_execution: bool,
     advance: Callable[[str], None],
+    strict_sandbox: bool = True,
 ) -> None:
     """Run everything not yet in the log; methods rotate per sample (A B C, B C A, ...)."""
     done = log.done()
@@ -213,7 +220,7 @@ def evaluate(
                     torch.cuda.reset_peak_memory_stats(device)
                 record = run_sample(session, sample, repeats)
                 record.update(suite=suite.name, sample_id=sample.id, method=method.name, rss_mb=rss_mb(),
-                              task_score=task_score(suite, sample, record["output"], allow_execution))
+                              task_score=task_score(suite, sample, record["output"], allow_execution, strict_sandbox))
                 if device.type == "cuda":
                     record["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
                 log.append(record)
