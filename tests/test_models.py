@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -158,3 +160,70 @@ def test_fingerprint_is_stable_across_dtype_and_changes_with_weights(tiny_dir):
         big = torch.nn.Linear(4096, 7000, bias=False)  # float32 index rounding once broke this size
         big.weight.zero_()
     model_fingerprint(big, fp32.tokenizer)
+
+
+# --------------------------------------------------------------------------- concurrent first use
+FAKE_CONVERTER = """
+import sys, time
+from pathlib import Path
+from mars_cli import models
+
+def slow_dequantise(gguf_path, staging):
+    with open(sys.argv[2], "a") as log:
+        log.write("converted\\n")
+    time.sleep(1.0)  # long enough for the other process to reach its own conversion
+    (staging / "model.safetensors").write_bytes(b"w" * 4096)
+    (staging / "config.json").write_text("{}")
+
+models._check_gguf = lambda path: None
+models._dequantise = slow_dequantise
+print(models.gguf_cache_entry(Path(sys.argv[1])))
+"""
+
+
+def test_two_processes_converting_into_an_empty_cache_both_succeed(tmp_path):
+    """The loser waits on the lock and uses the winner's entry (before: `Directory not empty`)."""
+    import subprocess
+    import sys
+
+    gguf, log = tmp_path / "tiny.gguf", tmp_path / "conversions.log"
+    gguf.write_bytes(os.urandom(1024))
+    env = dict(os.environ, MARS_CACHE=str(tmp_path / "cache"))
+    runs = [subprocess.Popen([sys.executable, "-c", FAKE_CONVERTER, str(gguf), str(log)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [run.communicate(timeout=60) + (run.returncode,) for run in runs]
+    assert [code for _, _, code in results] == [0, 0], results
+    entries = {out.strip() for out, _, _ in results}
+    assert len(entries) == 1 and cache_entry_is_valid(Path(entries.pop()))
+    assert log.read_text().count("converted") == 1  # converted once, reused by the other
+    assert not list((tmp_path / "cache" / "models").glob("*.tmp-*"))
+
+
+def test_stale_conversion_temporaries_are_removed_unless_a_live_process_owns_them(tmp_path, monkeypatch):
+    import fcntl
+
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(os.urandom(1024))
+    entry_name = f"gguf-{models.file_sha256(gguf)[:32]}"
+    root = tmp_path / "cache" / "models"
+    mine, dead_other, live_other = (root / f"{entry_name}.tmp-killed", root / "gguf-other.tmp-killed",
+                                    root / "gguf-busy.tmp-working")
+    for directory in (mine, dead_other, live_other):
+        directory.mkdir(parents=True)
+        (directory / "model.safetensors").write_bytes(b"x" * 1000)
+    locks = tmp_path / "cache" / "locks"
+    locks.mkdir()
+    held = open(locks / "gguf-busy.lock", "a+b")  # a live conversion of another model
+    fcntl.flock(held, fcntl.LOCK_EX)
+
+    def dequantise(gguf_path, staging):
+        (staging / "config.json").write_text("{}")
+
+    monkeypatch.setattr(models, "_check_gguf", lambda path: None)
+    monkeypatch.setattr(models, "_dequantise", dequantise)
+    entry = models.gguf_cache_entry(gguf)
+    held.close()
+    assert cache_entry_is_valid(entry)
+    assert not mine.exists() and not dead_other.exists()  # left by killed conversions
+    assert live_other.is_dir()  # its converter is alive: untouched
