@@ -107,7 +107,7 @@ class Session:
                 return NoDrafter(self.target.device)
             spec = f"head:{found}"
         if spec == "head" or spec.startswith("head:"):
-            head = load_head(spec, self.target)
+            head = load_head(spec, self.target, self.options.model.allow_pickle)
             return HeadDrafter(head, self.target, sampling.params, make_generator(self.target.output_device, seed),
                                drafting.head_confidence, compile=self._compiled)
         shared = self.draft_model is not None and self.draft_model.spec == spec

@@ -2,53 +2,81 @@
 
 It keeps the target's features for the positions in the target's cache (handed over by the loop
 from the verification passes) and its own small cache of the pairs it has read. Each round it
-reads the new true pairs, then drafts k tokens feeding back its own predicted features; before
+reads the new true pairs, then drafts k tokens feeding back its own predicted states; before
 the next round the drafted pairs are dropped from its cache and the true ones take their place.
+Two head formats draft the same way: an EAGLE-3 head directory (eagle3.py, the public format)
+and the original single-file head (model.DraftHead).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 
 from ..decoding.drafters import Draft, Drafter
-from ..decoding.target import LAST_LAYER
 from ..decoding.sampling import SamplingParams, probabilities, process_logits, sample
 from ..errors import UserError
 from ..models import LoadedModel
 from ..paths import user_head_dir
-from .model import DraftHead, HeadCache, config_fields
+from .eagle3 import CONFIG_FILE, Eagle3Head, is_head_directory
+from .model import DraftHead, HeadCache, PairHead, config_fields
 
 SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads"
 
 
+def head_fingerprint(path: Path) -> str | None:
+    """The target fingerprint a head records (EAGLE-3 directory: config.json's `mars` entry;
+    single file: its metadata), or None when it records none or cannot be read."""
+    try:
+        if is_head_directory(path):
+            mars = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("mars") or {}
+            return mars.get("target_fingerprint") if isinstance(mars, dict) else None
+        if path.suffix == ".safetensors" and path.is_file():
+            with safe_open(str(path), framework="pt") as handle:
+                fields = config_fields(handle.metadata())
+            return None if fields is None else fields.get("target_fingerprint")
+    except (OSError, SafetensorError, ValueError, AttributeError):
+        pass  # unreadable: skipped, as a stray file in a profile folder is
+    return None
+
+
 def find_head(target: LoadedModel) -> Path | None:
     """A head trained for this target, matched by fingerprint as profiles are: the user's own
-    heads first, then the shipped ones."""
+    heads first, then the shipped ones; in each folder EAGLE-3 directories before single files."""
     for folder in (user_head_dir(), SHIPPED_HEADS):
-        for path in sorted(folder.glob("*.safetensors")):
-            try:
-                with safe_open(str(path), framework="pt") as handle:
-                    fields = config_fields(handle.metadata())
-            except (OSError, SafetensorError):
-                continue  # unreadable: skipped, as a stray file in a profile folder is
-            if fields is not None and fields.get("target_fingerprint") == target.fingerprint:
+        if not folder.is_dir():
+            continue
+        entries = sorted(folder.iterdir(), key=lambda p: (not p.is_dir(), p.name))
+        for path in entries:
+            if head_fingerprint(path) == target.fingerprint:
                 return path
     return None
 
 
-def load_head(spec: str, target: LoadedModel) -> DraftHead:
-    """`head` (the shipped one for this target) or `head:PATH`; checked against the target."""
+def load_head(spec: str, target: LoadedModel, allow_pickle: bool = False) -> PairHead:
+    """`head` (a head made for this target) or `head:PATH` (an EAGLE-3 directory or a single-file
+    head); checked against the target: sizes, feature layers, recorded fingerprint."""
     _, _, location = spec.partition(":")
     path = Path(location).expanduser() if location else find_head(target)
     if path is None:
         raise UserError(f"no draft head found for {target.spec}; train one with `mars train-head "
-                        f"--target {target.spec}` (or pass --draft head:FILE)")
-    if not path.is_file():
-        raise UserError(f"draft head file not found: {path}")
-    head = DraftHead.load(path, device=target.output_device, dtype=torch.float32)
+                        f"--target {target.spec}` (or pass --draft head:DIR)")
+    if not path.exists():
+        raise UserError(f"draft head not found: {path}")
+    if path.is_dir():
+        head: PairHead = Eagle3Head.load(path, allow_pickle, device=target.output_device)
+        _check_eagle3(head, path, target)
+    else:
+        head = DraftHead.load(path, device=target.output_device, dtype=torch.float32)
+        _check_single_file(head, path, target)
+    head.source = str(path)
+    return head.attach(target.model)
+
+
+def _check_single_file(head: DraftHead, path: Path, target: LoadedModel) -> None:
     config = head.config
     width = target.model.get_output_embeddings().weight.shape[0]
     if config.hidden_size != target.model.get_input_embeddings().weight.shape[1] or config.vocab_size != width:
@@ -59,8 +87,30 @@ def load_head(spec: str, target: LoadedModel) -> DraftHead:
         raise UserError(f"draft head {path} was trained for {config.target or 'another model'} "
                         f"(fingerprint {config.target_fingerprint[:12]}), not for {target.spec} "
                         f"({target.fingerprint[:12]})")
-    head.source = str(path)
-    return head.attach(target.model)
+
+
+def _check_eagle3(head: Eagle3Head, path: Path, target: LoadedModel) -> None:
+    config, model = head.config, target.model
+    made_for = config.mars.get("target") or "another model"
+    embed_width = model.get_input_embeddings().weight.shape[1]
+    vocab = model.get_output_embeddings().weight.shape[0]
+    layers = getattr(getattr(model.config, "text_config", model.config), "num_hidden_layers", 0)
+    problems = []
+    if config.hidden_size != embed_width:
+        problems.append(f"hidden size {config.hidden_size}, the target's embeddings are {embed_width} wide")
+    if head.feature_width != 3 * embed_width:
+        problems.append(f"fc reads {head.feature_width} features, the target gives 3 x {embed_width}")
+    if config.vocab_size != vocab:
+        problems.append(f"vocabulary {config.vocab_size}, the target's is {vocab}")
+    aux = head.feature_layers_for(model)
+    if any(not -layers - 1 <= layer <= layers for layer in aux):
+        problems.append(f"feature layers {list(aux)} outside the target's {layers} layers")
+    if problems:
+        raise UserError(f"draft head {path} ({made_for}) cannot draft for {target.spec}: {'; '.join(problems)}")
+    recorded = config.mars.get("target_fingerprint")
+    if recorded and recorded != target.fingerprint:
+        raise UserError(f"draft head {path} was trained for {made_for} (fingerprint {recorded[:12]}), "
+                        f"not for {target.spec} ({target.fingerprint[:12]})")
 
 
 class HeadDrafter(Drafter):
@@ -70,11 +120,11 @@ class HeadDrafter(Drafter):
     plain step plus one head step."""
 
     name = "head"
-    feature_layers = LAST_LAYER  # the target's final normed state, what its LM head reads
 
-    def __init__(self, head: DraftHead, target: LoadedModel, sampling: SamplingParams,
+    def __init__(self, head: PairHead, target: LoadedModel, sampling: SamplingParams,
                  generator: torch.Generator | None, min_confidence: float = 0.0, compile: bool = False) -> None:
         self.head = head
+        self.feature_layers = head.feature_layers_for(target.model)  # what the scorer hands over
         # `--compile on`: the one-token drafting step (every draft after a round's first) runs
         # through torch.compile with a dynamic cache length: one graph for all lengths
         self._extend = torch.compile(head.extend, dynamic=True) if compile else None
@@ -83,12 +133,13 @@ class HeadDrafter(Drafter):
         self.target_device = target.device
         self.sampling = sampling
         self.generator = generator
-        self.vocab_size = head.config.vocab_size
+        self.vocab_size = head.target_vocab_size
+        self.vocab_ids = head.vocab_ids  # target token id of each row the head scores
         self.reset()
 
     def reset(self) -> None:
         self.cache = HeadCache()
-        self.features = torch.empty(0, self.head.config.hidden_size, device=self.head.fc.weight.device)
+        self.features = torch.empty(0, self.head.feature_width, device=self.head.fc.weight.device)
         self.known = 0  # target features held (= positions in the target's cache)
         self.read = 0  # true pairs in the head's cache
 
@@ -111,9 +162,9 @@ class HeadDrafter(Drafter):
         gating = self.min_confidence > 0
         if self.sampling.greedy:
             best = scores.argmax()
-            return self.head.vocab_ids[best], None, float(torch.softmax(scores, dim=-1)[best]) if gating else 1.0
+            return self.vocab_ids[best], None, float(torch.softmax(scores, dim=-1)[best]) if gating else 1.0
         full = scores.new_full((self.vocab_size,), float("-inf"))
-        full[self.head.vocab_ids] = scores
+        full[self.vocab_ids] = scores
         q = probabilities(process_logits(full, self.sampling))
         token = sample(q, self.generator)
         return token, q, float(q[token]) if gating else 1.0

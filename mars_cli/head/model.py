@@ -1,15 +1,19 @@
-"""An EAGLE-style draft head: one decoder layer that reads the target's features.
+"""Draft heads that read the target's features: the shared drafting arithmetic (`PairHead`) and
+the original single-file head (`DraftHead`, EAGLE-1 style). The EAGLE-3 head lives in eagle3.py.
 
-At position p the head reads the pair (f_p, x_{p+1}): the target's last hidden state at p and
-the embedding of the token that followed. It predicts f_{p+1}; the target's own LM head, cut to
-a frequency-ranked subset of the vocabulary, turns that into the next token. While drafting it
-feeds its own predicted feature back with the token it just drafted.
+At position p a head reads the pair (f_p, x_{p+1}): the target's features at p and the embedding
+of the token that followed. It predicts a state from which it scores the next token, and while
+drafting it feeds that state back with the token it just drafted. `PairHead` owns what every such
+head shares: reading pairs into its own KV cache (`step`), the compiled one-token step (`extend`)
+and the training-time unroll (`unrolled`); a subclass says how a pair is projected (`_project`),
+how the attention output becomes the fed-back state (`_finish`) and how that state is scored
+(`logits`, over `vocab_ids`, the target token id of each output row).
 
-Only the small trainable part is saved (fc, one decoder layer, norms: about 4.6M parameters for
-SmolLM2-135M). The embeddings and LM-head rows are borrowed, frozen, from the target at load time.
-
-The file is safetensors: fp16 weights, the subset's token ids, and a JSON `config` entry in the
-metadata (shape, which target it was trained for, the training recipe).
+`DraftHead` predicts the target's last hidden state f_{p+1}; its LM head is the target's own, cut
+to a frequency-ranked subset of the vocabulary. Only the small trainable part is saved (fc, one
+decoder layer, norms: about 4.6M parameters for SmolLM2-135M); the embeddings and LM-head rows
+are borrowed, frozen, from the target at load time. Its file is safetensors: fp16 weights, the
+subset's token ids, and a JSON `config` entry in the metadata (shape, target, training recipe).
 """
 
 from __future__ import annotations
@@ -117,7 +121,117 @@ class HeadCache:
             self.values = self.values[:, :length]
 
 
-class DraftHead(nn.Module):
+class PairHead(nn.Module):
+    """What every feature-reading draft head shares; see the module docstring."""
+
+    vocab_ids: torch.Tensor  # [rows of logits()] -> target token id
+    source: str | None = None  # the file or directory it was loaded from
+    head_dim: int
+    num_heads: int
+    num_kv_heads: int
+
+    @property
+    def feature_width(self) -> int:
+        """Width of the target features a pair reads (the concatenation of `feature_layers`)."""
+        raise NotImplementedError
+
+    @property
+    def target_vocab_size(self) -> int:
+        raise NotImplementedError
+
+    def feature_layers_for(self, target_model: nn.Module) -> tuple[int, ...]:
+        """Which entries of the target's `hidden_states` it reads (see target.select_features)."""
+        raise NotImplementedError
+
+    def logits(self, state: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _project(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor):
+        """Pairs -> (residual stream, q [.., heads, T, d], k, v [.., kv heads, T, d]), RoPE applied."""
+        raise NotImplementedError
+
+    def _finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """Residual stream and attention output [..., heads, T, d] -> the state fed back [..., T, h]."""
+        raise NotImplementedError
+
+    def _expand_kv(self, keys: torch.Tensor) -> torch.Tensor:
+        """Grouped-query attention: repeat each key/value head for the query heads that share it."""
+        groups = self.num_heads // self.num_kv_heads
+        return keys if groups == 1 else keys.repeat_interleave(groups, dim=-3)
+
+    # ------------------------------------------------------------------ drafting
+    def step(self, features: torch.Tensor, tokens: torch.Tensor, cache: HeadCache) -> torch.Tensor:
+        """Read n new pairs ([n, F] features or fed-back states, [n] tokens) after the cached
+        ones; returns the states to score and feed back [n, h]."""
+        start = len(cache)
+        positions = torch.arange(start, start + tokens.shape[0], device=self._device())
+        x, q, k, v = self._project(features, tokens, positions)
+        keys, values = cache.append(k, v)
+        n = tokens.shape[0]
+        mask = None
+        if n > 1:  # new pairs see the cache and the new pairs before them
+            mask = torch.ones(n, keys.shape[1], dtype=torch.bool, device=q.device).tril(keys.shape[1] - n)
+        attended = F.scaled_dot_product_attention(q, self._expand_kv(keys), self._expand_kv(values), attn_mask=mask)
+        return self._finish(x, attended)
+
+    def extend(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+               keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One drafting step as a pure function, for `torch.compile`: a single new pair
+        ([1, h] state, [1] token, [1] position) after `keys`/`values` ([kv heads, T, d]); returns
+        (state [1, h], keys, values) with the pair appended. Same arithmetic as `step`."""
+        x, q, k, v = self._project(features, tokens, positions)
+        keys, values = torch.cat([keys, k], dim=1), torch.cat([values, v], dim=1)
+        attended = F.scaled_dot_product_attention(q, self._expand_kv(keys), self._expand_kv(values))
+        return self._finish(x, attended), keys, values
+
+    def _device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    # ------------------------------------------------------------------ training
+    def unrolled(self, features: torch.Tensor, tokens: torch.Tensor, depth: int) -> list[torch.Tensor]:
+        """Teacher-forced pairs for a batch ([B, T, F] true features, [B, T] next tokens), then
+        `depth - 1` more passes in which each position reads the head's own previous state
+        (training-time test, EAGLE-3's name for it).
+
+        Pass d at position i reproduces draft step d exactly: it reads (o_{d-1}[i-1], x_{i+1})
+        and attends to the true pairs up to i-d+1 plus its own chain of predicted pairs at
+        i-d+2 .. i (one per earlier pass), as the cache holds them while drafting. Returns the
+        states of each pass, [B, T, h]; pass d is meaningful from i = d-1 on.
+        """
+        steps = features.shape[1]
+        positions = torch.arange(steps, device=features.device)
+        x, q, k, v = self._project(features, tokens, positions)
+        k, v = self._expand_kv(k), self._expand_kv(v)
+        outputs = [self._finish(x, F.scaled_dot_product_attention(q, k, v, is_causal=True))]
+        chain_keys, chain_values = [], []  # per pass >= 2: that pass's keys/values
+        scale = 1.0 / math.sqrt(self.head_dim)
+        for d in range(2, depth + 1):
+            previous = F.pad(outputs[-1][:, :-1], (0, 0, 1, 0))  # o_{d-1}[i-1] at position i
+            x_d, q_d, k_d, v_d = self._project(previous, tokens, positions)
+            chain_keys.append(self._expand_kv(k_d))
+            chain_values.append(self._expand_kv(v_d))
+            true_scores = (q_d @ k.transpose(-1, -2)) * scale  # [B, heads, T, T]
+            allowed = torch.ones(steps, steps, dtype=torch.bool, device=q.device).tril(-(d - 1))
+            true_scores = true_scores.masked_fill(~allowed, float("-inf"))
+            chain_scores, chain_vals = [], []
+            for e, (k_e, v_e) in enumerate(zip(chain_keys, chain_values), start=2):
+                shift = d - e  # pass e's pair sits `shift` positions before i
+                k_shifted = F.pad(k_e, (0, 0, shift, 0))[..., :steps, :]
+                v_shifted = F.pad(v_e, (0, 0, shift, 0))[..., :steps, :]
+                score = (q_d * k_shifted).sum(-1, keepdim=True) * scale
+                if shift:
+                    score[..., :shift, :] = float("-inf")
+                chain_scores.append(score)
+                chain_vals.append(v_shifted)
+            weights = torch.softmax(torch.cat([true_scores] + chain_scores, dim=-1), dim=-1)
+            attended = weights[..., :steps] @ v
+            for index, v_e in enumerate(chain_vals):
+                attended = attended + weights[..., steps + index : steps + index + 1] * v_e
+            outputs.append(self._finish(x_d, attended))
+        return outputs
+
+
+class DraftHead(PairHead):
     def __init__(self, config: HeadConfig, vocab_ids: torch.Tensor) -> None:
         super().__init__()
         self.config = config
@@ -134,10 +248,23 @@ class DraftHead(nn.Module):
         self.down_proj = nn.Linear(inner, h, bias=False)
         self.final_norm = RMSNorm(h, config.rms_eps)
         self.register_buffer("vocab_ids", vocab_ids.to(torch.long), persistent=True)
+        self.head_dim, self.num_heads = config.head_dim, config.num_heads
+        self.num_kv_heads = config.num_heads
         # borrowed from the target by attach(); never trained, never saved
         self.embed: nn.Module | None = None
         self.lm_rows: torch.Tensor | None = None
         self.source: str | None = None  # the file it was loaded from
+
+    @property
+    def feature_width(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def feature_layers_for(self, target_model: nn.Module) -> tuple[int, ...]:
+        return (-1,)  # the target's final normed state, what its LM head reads
 
     # ------------------------------------------------------------------ target coupling
     def attach(self, target_model: nn.Module) -> "DraftHead":
@@ -172,71 +299,6 @@ class DraftHead(nn.Module):
         normed = self.mlp_norm(x)
         x = x + self.down_proj(F.silu(self.gate_proj(normed)) * self.up_proj(normed))
         return self.final_norm(x)
-
-    # ------------------------------------------------------------------ drafting
-    def step(self, features: torch.Tensor, tokens: torch.Tensor, cache: HeadCache) -> torch.Tensor:
-        """Read n new pairs ([n, H] features, [n] tokens) after the cached ones; returns the
-        predicted next features [n, H]."""
-        start = len(cache)
-        positions = torch.arange(start, start + tokens.shape[0], device=self.fc.weight.device)
-        x, q, k, v = self._project(features, tokens, positions)
-        keys, values = cache.append(k, v)
-        n = tokens.shape[0]
-        mask = None
-        if n > 1:  # new pairs see the cache and the new pairs before them
-            mask = torch.ones(n, keys.shape[1], dtype=torch.bool, device=q.device).tril(keys.shape[1] - n)
-        attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        return self._finish(x, attended)
-
-    def extend(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
-               keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One drafting step as a pure function, for `torch.compile`: a single new pair
-        ([1, H] feature, [1] token, [1] position) after `keys`/`values` ([heads, T, d]); returns
-        (predicted feature [1, H], keys, values) with the pair appended. Same arithmetic as `step`."""
-        x, q, k, v = self._project(features, tokens, positions)
-        keys, values = torch.cat([keys, k], dim=1), torch.cat([values, v], dim=1)
-        return self._finish(x, F.scaled_dot_product_attention(q, keys, values)), keys, values
-
-    # ------------------------------------------------------------------ training
-    def unrolled(self, features: torch.Tensor, tokens: torch.Tensor, depth: int) -> list[torch.Tensor]:
-        """Teacher-forced pairs for a batch ([B, T, H] true features, [B, T] next tokens), then
-        `depth - 1` more passes in which each position reads the head's own previous prediction.
-
-        Pass d at position i reproduces draft step d exactly: it reads (o_{d-1}[i-1], x_{i+1})
-        and attends to the true pairs up to i-d+1 plus its own chain of predicted pairs at
-        i-d+2 .. i (one per earlier pass), as the cache holds them while drafting. Returns the
-        predicted features of each pass, [B, T, H]; pass d is meaningful from i = d-1 on.
-        """
-        steps = features.shape[1]
-        positions = torch.arange(steps, device=features.device)
-        x, q, k, v = self._project(features, tokens, positions)
-        outputs = [self._finish(x, F.scaled_dot_product_attention(q, k, v, is_causal=True))]
-        chain_keys, chain_values = [], []  # per pass >= 2: that pass's keys/values
-        scale = 1.0 / math.sqrt(self.config.head_dim)
-        for d in range(2, depth + 1):
-            previous = F.pad(outputs[-1][:, :-1], (0, 0, 1, 0))  # o_{d-1}[i-1] at position i
-            x_d, q_d, k_d, v_d = self._project(previous, tokens, positions)
-            chain_keys.append(k_d)
-            chain_values.append(v_d)
-            true_scores = (q_d @ k.transpose(-1, -2)) * scale  # [B, heads, T, T]
-            allowed = torch.ones(steps, steps, dtype=torch.bool, device=q.device).tril(-(d - 1))
-            true_scores = true_scores.masked_fill(~allowed, float("-inf"))
-            chain_scores, chain_vals = [], []
-            for e, (k_e, v_e) in enumerate(zip(chain_keys, chain_values), start=2):
-                shift = d - e  # pass e's pair sits `shift` positions before i
-                k_shifted = F.pad(k_e, (0, 0, shift, 0))[..., :steps, :]
-                v_shifted = F.pad(v_e, (0, 0, shift, 0))[..., :steps, :]
-                score = (q_d * k_shifted).sum(-1, keepdim=True) * scale
-                if shift:
-                    score[..., :shift, :] = float("-inf")
-                chain_scores.append(score)
-                chain_vals.append(v_shifted)
-            weights = torch.softmax(torch.cat([true_scores] + chain_scores, dim=-1), dim=-1)
-            attended = weights[..., :steps] @ v
-            for index, v_e in enumerate(chain_vals):
-                attended = attended + weights[..., steps + index : steps + index + 1] * v_e
-            outputs.append(self._finish(x_d, attended))
-        return outputs
 
     # ------------------------------------------------------------------ files
     def save(self, path: Path) -> None:

@@ -1,0 +1,361 @@
+"""The EAGLE-3 draft head, in the public checkpoint format that vLLM (`Eagle3LlamaForCausalLM`) and
+SGLang (`LlamaForCausalLMEagle3`) load, read and written.
+
+A head directory holds `config.json` and `model.safetensors` (a pickled `pytorch_model.bin` only
+with --allow-pickle). The head reads three of the target's hidden states at once, low, middle and
+high (`hidden_states[2]`, `[N // 2]` and `[N - 3]` of an N-layer target: the inputs of those
+layers), concatenated [3H], and mixes them with `fc` into its own width h. Its one decoder layer
+attends over cat(input_layernorm(embed(token)), hidden_norm(state)) [2h]; its output before the
+final norm is the state it feeds back at the next drafting step (where `fc` is skipped: the state
+already has width h). `norm` then `lm_head` score a draft vocabulary of `draft_vocab_size` tokens;
+draft row i is target token `i + d2t[i]`; `t2d` marks the target tokens in it. The embedding is
+the target's own (an `embed_tokens` tensor in the file is ignored). RoPE follows the head's own
+config: no `rope_theta` means 10000, not the target's.
+
+Our own heads are written in this format too, with what we know of them under a `mars` key of
+config.json (target, its fingerprint, the training recipe and held-out figures), which the
+other loaders ignore.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import UserError
+from .model import PairHead, RMSNorm, apply_rope
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+PICKLE_FILE = "pytorch_model.bin"
+IGNORED_KEYS = ("embed_tokens.weight",)
+
+
+@dataclass
+class Eagle3Config:
+    """The fields of an EAGLE-3 head's config.json that shape it (the rest is kept as `extra`)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int  # the target's vocabulary
+    draft_vocab_size: int
+    head_dim: int | None = None
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None
+    max_position_embeddings: int = 2048
+    target_hidden_size: int | None = None  # the target's H when it differs from hidden_size
+    aux_layer_ids: list[int] | None = None  # eagle_config.eagle_aux_hidden_state_layer_ids
+    norm_before_residual: bool = False
+    mars: dict = field(default_factory=dict)  # ours: target, fingerprint, recipe
+    extra: dict = field(default_factory=dict)  # any other config.json keys, kept on a round trip
+
+    @property
+    def attention_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> "Eagle3Config":
+        """Parse config.json; a missing or malformed field is a `UserError` naming it."""
+        def need(name: str, kind: type = int):
+            if name not in data:
+                raise UserError(f"{where}: config.json has no `{name}`")
+            value = data[name]
+            if kind is int and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise UserError(f"{where}: config.json `{name}` must be a positive integer, got {value!r}")
+            return value
+
+        layers = data.get("num_hidden_layers", 1)
+        if layers != 1:
+            raise UserError(f"{where}: an EAGLE-3 head has one decoder layer, config.json says {layers!r}")
+        activation = data.get("hidden_act", "silu")
+        if activation != "silu":
+            raise UserError(f"{where}: only silu heads are supported, config.json says hidden_act {activation!r}")
+        hidden = need("hidden_size")
+        eagle = data.get("eagle_config") or {}
+        aux = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+        if aux is not None and (not isinstance(aux, list) or len(aux) != 3
+                                or not all(isinstance(i, int) and i >= 0 for i in aux)):
+            raise UserError(f"{where}: eagle_aux_hidden_state_layer_ids must be three layer ids, got {aux!r}")
+        known = {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+                 "draft_vocab_size", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
+                 "max_position_embeddings", "target_hidden_size", "norm_before_residual", "mars"}
+        heads = need("num_attention_heads")
+        rope_theta = data.get("rope_theta")
+        if rope_theta is None and isinstance(data.get("rope_parameters"), dict):
+            rope_theta = data["rope_parameters"].get("rope_theta")
+        return cls(
+            hidden_size=hidden, intermediate_size=need("intermediate_size"), num_attention_heads=heads,
+            num_key_value_heads=need("num_key_value_heads") if "num_key_value_heads" in data else heads,
+            vocab_size=need("vocab_size"),
+            draft_vocab_size=need("draft_vocab_size") if "draft_vocab_size" in data else data["vocab_size"],
+            head_dim=data.get("head_dim"), rms_norm_eps=float(data.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(rope_theta if rope_theta is not None else 10000.0),
+            rope_scaling=data.get("rope_scaling"),
+            max_position_embeddings=int(data.get("max_position_embeddings") or 2048),
+            target_hidden_size=data.get("target_hidden_size"), aux_layer_ids=aux,
+            norm_before_residual=bool(data.get("norm_before_residual", False)),
+            mars=dict(data.get("mars") or {}),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+    def to_json(self) -> dict:
+        data = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", **self.extra,
+                "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
+                "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
+                "num_hidden_layers": 1, "hidden_act": "silu", "vocab_size": self.vocab_size,
+                "draft_vocab_size": self.draft_vocab_size, "rms_norm_eps": self.rms_norm_eps,
+                "rope_theta": self.rope_theta, "rope_scaling": self.rope_scaling,
+                "max_position_embeddings": self.max_position_embeddings,
+                "norm_before_residual": self.norm_before_residual, "tie_word_embeddings": False}
+        if self.head_dim is not None:
+            data["head_dim"] = self.head_dim
+        if self.target_hidden_size is not None:
+            data["target_hidden_size"] = self.target_hidden_size
+        if self.aux_layer_ids is not None:
+            data["eagle_config"] = {**(data.get("eagle_config") or {}),
+                                    "eagle_aux_hidden_state_layer_ids": list(self.aux_layer_ids)}
+        if self.mars:
+            data["mars"] = self.mars
+        return data
+
+
+class _Attention(nn.Module):
+    def __init__(self, config: Eagle3Config) -> None:
+        super().__init__()
+        width, d = 2 * config.hidden_size, config.attention_head_dim
+        self.q_proj = nn.Linear(width, config.num_attention_heads * d, bias=False)
+        self.k_proj = nn.Linear(width, config.num_key_value_heads * d, bias=False)
+        self.v_proj = nn.Linear(width, config.num_key_value_heads * d, bias=False)
+        self.o_proj = nn.Linear(config.num_attention_heads * d, config.hidden_size, bias=False)
+
+
+class _MLP(nn.Module):
+    def __init__(self, config: Eagle3Config) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class _MidLayer(nn.Module):
+    """The decoder layer, named as in the public checkpoints (`midlayer.*`)."""
+
+    def __init__(self, config: Eagle3Config) -> None:
+        super().__init__()
+        self.self_attn = _Attention(config)
+        self.mlp = _MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.hidden_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+def rope_frequencies(config: Eagle3Config) -> tuple[torch.Tensor, float]:
+    """(inverse frequencies [d / 2], attention scaling) for the head's own RoPE settings, through
+    transformers' RoPE initialisers (so scaled variants such as Llama 3's behave as in vLLM)."""
+    import transformers
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    options = {"rope_theta": config.rope_theta}
+    if config.rope_scaling:
+        options["rope_scaling"] = dict(config.rope_scaling)
+    llama = transformers.LlamaConfig(hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
+                                     head_dim=config.attention_head_dim,
+                                     max_position_embeddings=config.max_position_embeddings, **options)
+    rotary = LlamaRotaryEmbedding(llama)
+    return rotary.inv_freq.float().clone(), float(rotary.attention_scaling)
+
+
+class Eagle3Head(PairHead):
+    """An EAGLE-3 head; parameter names are the public checkpoint's keys."""
+
+    def __init__(self, config: Eagle3Config, target_hidden_size: int | None = None) -> None:
+        super().__init__()
+        self.config = config
+        target_hidden = target_hidden_size or config.target_hidden_size or config.hidden_size
+        self.fc = nn.Linear(3 * target_hidden, config.hidden_size, bias=False)
+        self.midlayer = _MidLayer(config)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
+        # float32 whatever the head's dtype (not a buffer, so .to(dtype) leaves it alone)
+        self.inv_freq, self.rope_scale = rope_frequencies(config)
+        self.head_dim = config.attention_head_dim
+        self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.embed: nn.Module | None = None  # the target's, borrowed by attach()
+        self.aux_layers: tuple[int, ...] | None = None
+        self.source: str | None = None
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def vocab_ids(self) -> torch.Tensor:  # type: ignore[override]
+        return torch.arange(self.d2t.numel(), device=self.d2t.device) + self.d2t
+
+    @property
+    def feature_width(self) -> int:
+        return self.fc.in_features
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def feature_layers_for(self, target_model: nn.Module) -> tuple[int, ...]:
+        """hidden_states entries: the configured aux layer ids + 1 (the outputs of those layers),
+        else 2, N // 2 and N - 3 of an N-layer target (the inputs of those layers)."""
+        if self.config.aux_layer_ids is not None:
+            return tuple(i + 1 for i in self.config.aux_layer_ids)
+        return default_aux_layers(num_layers(target_model))
+
+    def set_vocabulary(self, draft_to_target: torch.Tensor) -> None:
+        """The draft vocabulary as target ids in draft-row order: fills d2t and t2d."""
+        ids = draft_to_target.to(torch.long).to(self.d2t.device)
+        self.d2t.copy_(ids - torch.arange(ids.numel(), device=ids.device))
+        self.t2d.zero_()
+        self.t2d[ids] = True
+
+    def attach(self, target_model: nn.Module) -> "Eagle3Head":
+        object.__setattr__(self, "embed", target_model.get_input_embeddings())
+        self.aux_layers = self.feature_layers_for(target_model)
+        return self
+
+    # ------------------------------------------------------------------ the layer
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        weight = self.fc.weight
+        return self.embed(tokens.to(self.embed.weight.device)).to(weight.device, weight.dtype)
+
+    def logits(self, state: torch.Tensor) -> torch.Tensor:
+        """Scores over the draft vocabulary; row i is target token `vocab_ids[i]`."""
+        return self.lm_head(self.norm(state))
+
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = positions.float()[:, None] * self.inv_freq.to(positions.device)[None, :]
+        angles = torch.cat([angles, angles], dim=-1)
+        return (angles.cos() * self.rope_scale).to(dtype), (angles.sin() * self.rope_scale).to(dtype)
+
+    def _project(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor):
+        layer = self.midlayer
+        state = features.to(self.fc.weight.dtype)
+        if state.shape[-1] != self.config.hidden_size:  # the target's fused features; fed-back states are h wide
+            state = self.fc(state)
+        normed_state = layer.hidden_norm(state)
+        residual = normed_state if self.config.norm_before_residual else state
+        stacked = torch.cat([layer.input_layernorm(self.embed_tokens(tokens)), normed_state], dim=-1)
+        attention, d = layer.self_attn, self.head_dim
+        q = attention.q_proj(stacked).unflatten(-1, (self.num_heads, d)).transpose(-3, -2)
+        k = attention.k_proj(stacked).unflatten(-1, (self.num_kv_heads, d)).transpose(-3, -2)
+        v = attention.v_proj(stacked).unflatten(-1, (self.num_kv_heads, d)).transpose(-3, -2)
+        cos, sin = self._rope(positions, q.dtype)
+        return residual, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def _finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        layer = self.midlayer
+        x = x + layer.self_attn.o_proj(attended.transpose(-3, -2).flatten(-2))
+        return x + layer.mlp(layer.post_attention_layernorm(x))  # before `norm`: what is fed back
+
+    # ------------------------------------------------------------------ files
+    def save_pretrained(self, directory: Path) -> None:
+        """config.json and model.safetensors (fp16), written to a temporary folder then renamed."""
+        from safetensors.torch import save_file
+
+        from ..paths import write_atomic
+
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {name: (t.to(torch.float16) if t.is_floating_point() else t).contiguous().cpu()
+                   for name, t in self.state_dict().items()}
+        temporary = directory / (WEIGHTS_FILE + ".tmp")
+        save_file(tensors, str(temporary), metadata={"format": "pt"})
+        temporary.replace(directory / WEIGHTS_FILE)
+        write_atomic(directory / CONFIG_FILE, json.dumps(self.config.to_json(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, directory: Path, allow_pickle: bool = False, device: torch.device | str = "cpu",
+             dtype: torch.dtype = torch.float32) -> "Eagle3Head":
+        """Read a head directory; every key, shape and index is checked (`UserError` naming it)."""
+        where = str(directory)
+        try:
+            data = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{where}: no {CONFIG_FILE} (an EAGLE-3 head directory holds config.json and "
+                            f"{WEIGHTS_FILE})") from None
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise UserError(f"{where}/{CONFIG_FILE} is not readable JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{where}/{CONFIG_FILE} must hold a JSON object")
+        config = Eagle3Config.from_json(data, where)
+        tensors = read_weights(directory, allow_pickle)
+        fc = tensors.get("fc.weight")
+        if fc is None or fc.dim() != 2 or fc.shape[1] % 3:
+            raise UserError(f"{where}: `fc.weight` must be [hidden, 3 x target hidden], "
+                            f"got {None if fc is None else list(fc.shape)}")
+        head = cls(config, target_hidden_size=fc.shape[1] // 3)
+        expected = head.state_dict()
+        present = {k for k in tensors if k not in IGNORED_KEYS}
+        missing = sorted(set(expected) - present - ({"t2d"} if "d2t" in present else set()))
+        unexpected = sorted(present - set(expected))
+        if missing or unexpected:
+            parts = ([f"missing {', '.join(missing)}"] if missing else []) + \
+                    ([f"unexpected {', '.join(unexpected)}"] if unexpected else [])
+            raise UserError(f"{where}: not an EAGLE-3 head: {'; '.join(parts)}")
+        for name, tensor in expected.items():
+            if name in tensors and tuple(tensors[name].shape) != tuple(tensor.shape):
+                raise UserError(f"{where}: `{name}` has shape {list(tensors[name].shape)}, "
+                                f"the config says {list(tensor.shape)}")
+        d2t = tensors["d2t"].to(torch.long)
+        target_ids = d2t + torch.arange(d2t.numel())
+        if int(target_ids.min()) < 0 or int(target_ids.max()) >= config.vocab_size:
+            raise UserError(f"{where}: d2t maps draft tokens outside the target vocabulary (0..{config.vocab_size - 1})")
+        if target_ids.unique().numel() != target_ids.numel():
+            raise UserError(f"{where}: d2t maps two draft tokens to the same target token")
+        state = {k: (v.float() if v.is_floating_point() else v) for k, v in tensors.items() if k in expected}
+        state["d2t"] = d2t
+        head.load_state_dict(state, strict=False)
+        head.set_vocabulary(target_ids)  # t2d rebuilt from d2t: the two always agree
+        head.source = where
+        return head.to(device=device, dtype=dtype).eval()
+
+
+def read_weights(directory: Path, allow_pickle: bool) -> dict[str, torch.Tensor]:
+    """model.safetensors, or pytorch_model.bin with --allow-pickle (weights only)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    safetensors_path, pickle_path = directory / WEIGHTS_FILE, directory / PICKLE_FILE
+    if safetensors_path.is_file():
+        try:
+            return load_file(str(safetensors_path))
+        except (OSError, SafetensorError) as error:
+            raise UserError(f"cannot read {safetensors_path}: {error}") from None
+    if pickle_path.is_file():
+        if not allow_pickle:
+            raise UserError(f"{pickle_path} is a pickle file, which can run code when loaded; "
+                            "pass --allow-pickle if you trust it")
+        try:
+            return torch.load(pickle_path, map_location="cpu", weights_only=True)
+        except Exception as error:  # noqa: BLE001 - any unpickling failure means the same to the user
+            raise UserError(f"cannot read {pickle_path}: {error}") from None
+    raise UserError(f"{directory}: no {WEIGHTS_FILE} (or {PICKLE_FILE})")
+
+
+def num_layers(target_model: nn.Module) -> int:
+    config = getattr(target_model.config, "text_config", target_model.config)
+    return int(config.num_hidden_layers)
+
+
+def default_aux_layers(layers: int) -> tuple[int, int, int]:
+    """EAGLE-3's low, middle and high features of an N-layer target, as hidden_states indices."""
+    return (2, layers // 2, layers - 3)
+
+
+def is_head_directory(path: Path) -> bool:
+    return path.is_dir() and (path / CONFIG_FILE).is_file()
