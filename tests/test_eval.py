@@ -217,6 +217,52 @@ def test_resume_continues_an_interrupted_run(capsys, tmp_path, tiny_dir, monkeyp
     assert json.loads((out / "results.json").read_text())["complete"] is True
 
 
+def test_resume_after_a_torn_last_line_keeps_every_sample_exactly_once(capsys, tmp_path, tiny_dir, monkeypatch):
+    from mars_cli.evaluation import runner as ev
+
+    out = tmp_path / "run"
+    real, calls = ev.run_sample, {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ev, "run_sample", flaky)
+    assert main([*EVAL_ARGS, "--target", str(tiny_dir), "--out", str(out)]) == 130
+    samples = out / "samples.jsonl"
+    whole = samples.read_bytes()
+    samples.write_bytes(whole[:-40])  # the crash cut the fourth record short
+    monkeypatch.setattr(ev, "run_sample", real)
+    capsys.readouterr()
+    assert main([*EVAL_ARGS, "--target", str(tiny_dir), "--out", str(out), "--resume"]) == 0
+    assert "dropped 1 torn line" in capsys.readouterr().err
+    lines = samples.read_text().splitlines()
+    keys = [tuple(json.loads(line)[k] for k in ("suite", "sample_id", "method")) for line in lines]
+    assert len(lines) == 20 and len(set(keys)) == 20  # every sample once, none glued to the torn bytes
+    assert lines[:3] == whole.decode().splitlines()[:3]
+    assert main([*EVAL_ARGS, "--target", str(tiny_dir), "--out", str(out), "--resume"]) == 0
+    assert samples.read_text().splitlines() == lines  # nothing left to run, nothing duplicated
+
+
+def test_sample_log_repairs_merged_lines_and_duplicates(tmp_path, capsys):
+    """A file damaged by an older version (a torn record with the next one glued to it, then
+    recomputed duplicates) loads with each finished sample once and is rewritten clean."""
+    from mars_cli.evaluation.runner import SampleLog
+
+    def record(i: int) -> str:
+        return json.dumps({"suite": "s", "sample_id": str(i), "method": "vanilla", "output": "x" * 10})
+
+    path = tmp_path / "samples.jsonl"
+    path.write_text(f"{record(0)}\n{record(1)[:25]}{record(2)}\n{record(3)}\n{record(0)}\n")
+    log = SampleLog(path)
+    assert [r["sample_id"] for r in log.records] == ["0", "3"]
+    assert "dropped 1 torn line" in capsys.readouterr().err
+    log.append(json.loads(record(1)))
+    assert [json.loads(line)["sample_id"] for line in path.read_text().splitlines()] == ["0", "3", "1"]
+
+
 def test_gate_failure_exits_1_with_summary(capsys, tiny_dir):
     code = main(["eval", "--suite", "math", "--limit", "1", "-n", "6", "--device", "cpu", "--target", str(tiny_dir),
                  "--methods", "strict", "--min-speedup", "1000"])

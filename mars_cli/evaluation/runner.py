@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -92,15 +93,45 @@ def task_score(suite: Suite, sample: Sample, output: str, allow_execution: bool,
 class SampleLog:
     """samples.jsonl: one line per finished (suite, sample, method), durable once written."""
 
+    KEY = ("suite", "sample_id", "method")
+
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.records: list[dict] = []
         if path is not None and path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    self.records.append(json.loads(line))
-                except ValueError:
-                    break  # a line cut short by a crash: everything before it stands
+            self._load(path)
+
+    def _load(self, path: Path) -> None:
+        """Read the finished samples. A line cut short by a crash (normally the last one) is
+        dropped from the file, and reported, before anything is appended after it, so no record
+        is ever glued to partial bytes; a record seen twice counts once (and is kept once)."""
+        data = path.read_bytes()
+        lines = data.split(b"\n")
+        dropped, duplicates, seen, last_torn = 0, 0, set(), False
+        for index, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                key = tuple(record[k] for k in self.KEY)
+            except (ValueError, KeyError, TypeError):
+                dropped += 1
+                last_torn = index == len(lines) - 1  # no newline after it: its write was cut short
+                continue
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            self.records.append(record)
+        if dropped == 1 and last_torn and not duplicates:
+            with open(path, "r+b") as handle:  # the usual case: cut the torn tail off in place
+                handle.truncate(len(data) - len(lines[-1]))
+                os.fsync(handle.fileno())
+        elif dropped or duplicates:
+            write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.records))
+        if dropped:
+            print(f"mars: dropped {dropped} torn line{'s' if dropped > 1 else ''} of {path} (an interrupted write); "
+                  f"{'its sample runs' if dropped == 1 else 'their samples run'} again", file=sys.stderr)
 
     def done(self) -> set[tuple[str, str, str]]:
         return {(r["suite"], r["sample_id"], r["method"]) for r in self.records}
