@@ -34,7 +34,7 @@ import torch
 from . import __version__, calibration_profiles
 from .calibration_profiles import SCHEMA_VERSION
 from .decoding.verifiers import MARGIN_MEASURES, TopTwoRecorder, margin
-from .errors import UserError, require
+from .errors import UserError, check_seed, require
 from .paths import user_profile_dir, write_atomic
 from .prompts import held_out, load_prompts
 
@@ -292,6 +292,7 @@ class CalibrationRequest:
     def validate(self) -> None:
         """One sentence per bad value, before anything is read or loaded."""
         parse_objective(self.objective)
+        check_seed(self.seed)
         require(self.samples >= 50, f"--samples must be at least 50, got {self.samples}")
         require(self.held >= 10, f"--held-out-samples must be at least 10, got {self.held}")
 

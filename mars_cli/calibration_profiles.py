@@ -127,11 +127,15 @@ def find_for(fingerprint: str) -> Profile | None:
 
 
 def check_matches(profile: Profile, fingerprint: str, model_name: str, force: bool) -> None:
-    if profile.fingerprint != fingerprint and not force:
+    if profile.fingerprint == fingerprint or force:
+        return
+    calibrated_for = profile.data["model"]["name"]
+    if calibrated_for == model_name:  # same name, other weights or tokenizer: say so, not "X, not X"
         raise UserError(
-            f"profile {profile.path} was calibrated for {profile.data['model']['name']!r}, "
-            f"not for {model_name!r} (pass --force to use it anyway)"
-        )
+            f"profile {profile.path} was calibrated for a different {model_name!r} (other weights or tokenizer: "
+            f"fingerprint {profile.fingerprint[:12]}, this model's {fingerprint[:12]}; pass --force to use it anyway)")
+    raise UserError(f"profile {profile.path} was calibrated for {calibrated_for!r}, not for {model_name!r} "
+                    "(pass --force to use it anyway)")
 
 
 def threshold_at_temperature(theta: float, measure: str, temperature: float) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from rich.console import Console
 
 from . import __version__
 from .calibrate import DEFAULT_OBJECTIVE, Calibration, CalibrationRequest, default_destination
-from .errors import UserError, require
+from .errors import UserError, check_seed, require
 from .flags import DECODING_FLAGS, decoding_flags
 from .options import DecodingOptions
 from .render import calibration_table, eval_table, stats_table
@@ -30,6 +31,7 @@ app = typer.Typer(
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False)
 
+BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a reader that closed the pipe early
 _invocation: list[str] = []  # the arguments of this run, recorded in profiles for reproduction
 
 
@@ -56,6 +58,7 @@ def generate(
 ) -> None:
     """Generate a continuation of PROMPT, streaming the text as it is decoded."""
     options.validate()
+    check_seed(options.sampling.seed)
     text = read_prompt(prompt)
     session = Session(options)
     prompt_ids = session.encode(text)
@@ -106,9 +109,22 @@ def read_prompt(prompt: str | None) -> str:
             prompt = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise UserError(f"stdin is not valid UTF-8 (byte {exc.start})") from None
+    else:
+        prompt = _valid_utf8(prompt, "the prompt argument")
     if not prompt.strip():
         raise UserError("the prompt is empty")
     return prompt
+
+
+def _valid_utf8(text: str, what: str) -> str:
+    """Arguments arrive decoded with surrogateescape: a lone surrogate marks a byte that is not
+    UTF-8, which the tokenizer would fail on with a traceback."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = len(text[:exc.start].encode("utf-8", "surrogateescape"))
+        raise UserError(f"{what} is not valid UTF-8 (byte {byte})") from None
+    return text
 
 
 @app.command()
@@ -238,6 +254,8 @@ def profile_command(
     from .render import profile_tables
 
     options.validate()
+    check_seed(options.sampling.seed)
+    prompt = None if prompt is None else _valid_utf8(prompt, "the prompt argument")
     sweep = parse_range(sweep_num_draft) if sweep_num_draft else None
     require(bucket >= 1, f"--bucket must be at least 1, got {bucket}")
     require(overhead_repeats >= 0, f"--overhead-repeats must be >= 0, got {overhead_repeats}")
@@ -296,6 +314,7 @@ def eval_command(
     from .evaluation.suites import load_suites
 
     options.validate()
+    check_seed(options.sampling.seed)
     require(repeats >= 1, f"--repeats must be at least 1, got {repeats}")
     require(limit is None or limit >= 1, f"--limit must be at least 1, got {limit}")
     gates = Gates(min_speedup, max_quality_drop)
@@ -343,15 +362,15 @@ def eval_command(
 
 
 def _check_writable_file(path: Path) -> None:
-    """The file's directory must exist (or be creatable) and be writable."""
+    """The file's directory must exist (or be creatable: its last level only, see
+    paths.create_directory) and be writable."""
     import os
+
+    from .paths import create_directory
 
     require(not path.is_dir(), f"{path} is a directory; name a file")
     parent = path.parent if str(path.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create {parent}: {exc.strerror or exc}") from None
+    create_directory(parent)
     require(os.access(parent, os.W_OK), f"cannot write to {parent}")
 
 
@@ -404,6 +423,12 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         err.print("interrupted")
         return 130
+    except BrokenPipeError:
+        return _closed_pipe()
+    except SystemExit as exc:  # click turns EPIPE into exit(1), which the contract keeps for failed gates
+        if isinstance(exc.__context__, OSError) and exc.__context__.errno == errno.EPIPE:
+            return _closed_pipe()
+        raise
     except UserError as exc:
         if debug:
             raise
@@ -414,6 +439,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"mars: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (`mars generate ... | head -c 5`): stop quietly with 141,
+    the status a shell reports for a process ended by SIGPIPE (128 + 13). Later flushes go to
+    /dev/null so that the interpreter's exit prints nothing either."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -9,3 +9,13 @@ def require(condition: bool, message: str) -> None:
     """Raise a UserError with `message` unless `condition` holds."""
     if not condition:
         raise UserError(message)
+
+
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # torch takes [-2**63, 2**64 - 1]; derived seeds add offsets
+
+
+def check_seed(seed: int | None, flag: str = "--seed") -> None:
+    """Refuse a seed torch would reject (with a traceback) when a generator is seeded, leaving room
+    for the offsets added to it (the drafter's seed + 1, calibration's seed + call number)."""
+    require(seed is None or SEED_MIN <= seed <= SEED_MAX,
+            f"{flag} must be an integer between {SEED_MIN} and {SEED_MAX}, got {seed}")

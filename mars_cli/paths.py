@@ -34,11 +34,42 @@ def user_head_dir() -> Path:
     return Path(base) / "mars-cli" / "heads"
 
 
+def create_directory(directory: Path) -> None:
+    """Create an output directory named by the user: its last level only, so that a typo in a
+    parent never builds a tree up from the filesystem root. Inside mars's own directories
+    (profiles, heads, cache) every missing level is created."""
+    from .errors import UserError
+
+    if directory.is_dir():
+        return
+    own = any(base == directory or base in directory.parents
+              for base in (user_profile_dir(), user_head_dir(), cache_dir()))
+    try:
+        directory.mkdir(parents=own, exist_ok=True)
+    except FileNotFoundError:
+        raise UserError(f"cannot create {directory}: {directory.parent} does not exist (only the last level "
+                        "of an output path is created; create the rest first)") from None
+    except OSError as exc:
+        raise UserError(f"cannot create {directory}: {exc.strerror or exc}") from None
+
+
+def _default_mode(path: Path) -> int:
+    """The mode a plain `open(path, "w")` would give: the existing file's, else 0666 less the umask."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write to a temporary sibling, then rename: a killed process never leaves a half-written
-    file that a later run would take for a whole one."""
+    file that a later run would take for a whole one. The file gets the usual mode (mkstemp's
+    0600 would hide it from the user's group where its siblings are readable)."""
     handle, temporary = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(handle, _default_mode(path))
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
         os.replace(temporary, path)

@@ -253,3 +253,39 @@ def test_shipped_profile_loads_and_is_used(capsys, name):
     config = json.loads(capsys.readouterr().out)["config"]
     assert code == 0 and config["threshold_source"] == str(shipped)
     assert config["threshold"] == pytest.approx(profile.threshold("logit-ratio"))
+
+
+def test_mismatch_with_the_same_model_name_says_the_weights_differ(tmp_path):
+    from mars_cli.calibration_profiles import Profile, check_matches
+
+    profile = Profile(tmp_path / "p.yaml", {"model": {"name": "smollm2-135m", "fingerprint": "a" * 64}})
+    with pytest.raises(UserError) as caught:
+        check_matches(profile, "b" * 64, "smollm2-135m", force=False)
+    message = str(caught.value)
+    assert "calibrated for a different 'smollm2-135m'" in message and "other weights" in message
+    assert "not for 'smollm2-135m'" not in message and "aaaaaaaaaaaa" in message and "bbbbbbbbbbbb" in message
+    with pytest.raises(UserError, match="calibrated for 'smollm2-135m', not for 'gemma3-270m'"):
+        check_matches(profile, "b" * 64, "gemma3-270m", force=False)
+    check_matches(profile, "b" * 64, "smollm2-135m", force=True)
+
+
+def test_atomically_written_files_keep_the_usual_mode(tmp_path):
+    """write_atomic (profiles, results, partial files) gives what `open(path, "w")` would: 0666
+    less the umask for a new file, the old mode for a replaced one; never mkstemp's 0600."""
+    import os
+    import stat
+
+    from mars_cli.paths import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        path = calibration_profiles.save(sample_profile(), tmp_path / "p.yaml")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+        os.chmod(path, 0o640)
+        write_atomic(path, "again")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640 and path.read_text() == "again"
+        os.umask(0o077)
+        write_atomic(tmp_path / "private.json", "{}")
+        assert stat.S_IMODE((tmp_path / "private.json").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)

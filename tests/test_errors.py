@@ -193,6 +193,7 @@ def test_suite_content_cannot_choose_where_files_are_written(capsys, tmp_path, t
     suite = tmp_path / "evil.jsonl"
     suite.write_text('{"id": "../../escaped", "prompt": "hi"}\n{"id": "/tmp/escaped-abs", "prompt": "yo"}\n')
     out = tmp_path / "deep" / "run"
+    out.parent.mkdir()  # only the last level of --out is created
     before = set(tmp_path.rglob("*"))
     code = main(["eval", "--suite", str(suite), "--methods", "vanilla", "-n", "3", "--target", str(tiny_dir),
                  "--out", str(out), *MODEL])
@@ -200,3 +201,53 @@ def test_suite_content_cannot_choose_where_files_are_written(capsys, tmp_path, t
     created = set(tmp_path.rglob("*")) - before
     assert created and all(out in path.parents or path in (out, out.parent) for path in created)
     assert not (tmp_path / "escaped").exists() and not Path("/tmp/escaped-abs").exists()
+
+
+# ----------------------------------------------------------------------------- issue 17
+@pytest.mark.parametrize("command", ["generate", "eval", "profile", "calibrate"])
+@pytest.mark.parametrize("seed", ["18446744073709551617", "-9223372036854775809"])
+def test_seed_outside_what_torch_accepts(capsys, tiny_dir, command, seed):
+    args = [command] + (["hello"] if command == "generate" else []) + ["--target", str(tiny_dir), "--seed", seed]
+    one_line_error(capsys, [*args, "-n", "3", *MODEL], "--seed must be an integer between")
+
+
+def test_largest_seeds_still_work(capsys, tiny_dir):
+    for seed in ("9223372036854775807", "-9223372036854775808"):
+        assert main(["generate", "hi", "--target", str(tiny_dir), "--temperature", "1", "--draft", "ngram",
+                     "--seed", seed, "-n", "3", "--json", *MODEL]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("command", ["generate", "profile"])
+def test_prompt_argument_that_is_not_utf8(capsys, tiny_dir, command):
+    """`mars generate $'abc\\xff'`: Python hands the byte over as a lone surrogate."""
+    prompt = b"abc\xff".decode("utf-8", "surrogateescape")
+    one_line_error(capsys, [command, prompt, "--target", str(tiny_dir), *MODEL], "not valid UTF-8 (byte 3)")
+
+
+def test_out_into_a_missing_parent_creates_only_the_last_level(capsys, tmp_path, tiny_dir):
+    deep = tmp_path / "typo" / "nested"
+    one_line_error(capsys, ["calibrate", "--target", str(tiny_dir), "--out", str(deep / "p.yaml"), *MODEL],
+                   "does not exist")
+    one_line_error(capsys, ["eval", "--target", str(tiny_dir), "--out", str(deep / "run"), *MODEL], "does not exist")
+    one_line_error(capsys, ["profile", "--target", str(tiny_dir), "--plot", str(deep / "x.png"), *MODEL],
+                   "only the last level")
+    assert not (tmp_path / "typo").exists()
+    assert main(["eval", "--suite", "math", "--limit", "1", "-n", "2", "--methods", "vanilla", "--target",
+                 str(tiny_dir), "--out", str(tmp_path / "run"), *MODEL]) == 0  # one missing level is made
+    capsys.readouterr()
+
+
+def test_closed_output_pipe_exits_quietly_with_141(tiny_dir):
+    """`mars generate ... | head -c 5`: the reader is gone; no traceback, no exit 1 (kept for gates)."""
+    import os
+    import subprocess
+
+    script = Path(sys.executable).with_name("mars")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has already gone: the first write fails, deterministically
+    done = subprocess.run([str(script), "generate", "hello there", "--target", str(tiny_dir), "--raw", "-n", "20",
+                           *MODEL], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == ""

@@ -17,7 +17,7 @@ import torch
 
 from ..decoding.stats import DecodeStats
 from ..errors import UserError, require
-from ..paths import write_atomic
+from ..paths import create_directory, write_atomic
 from ..options import DecodingOptions
 from ..session import Session
 from . import execution
@@ -265,10 +265,7 @@ def prepare_out_dir(out_dir: Path | None, resume: bool, signature: dict) -> Path
         require(not resume, "--resume needs --out DIR (the directory of the run to continue)")
         return None
     require(not out_dir.is_file(), f"--out {out_dir} is a file; name a directory")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
+    create_directory(out_dir)
     require(os.access(out_dir, os.W_OK), f"cannot write to {out_dir}")
     run_file, samples = out_dir / "run.json", out_dir / "samples.jsonl"
     if resume:
