@@ -177,12 +177,21 @@ def train_head(
     *,
     options: DecodingOptions,  # the model flags and --num-draft, from @decoding_flags
     out_path: Annotated[Optional[Path], typer.Option(
-        "--out", help="Where to write the head (.safetensors; default: the user head directory, "
-                      "where --draft head finds it).")] = None,
+        "--out", help="Where to write the head (eagle3: a directory; eagle1: a .safetensors file; default: "
+                      "the user head directory, where --draft head finds it).")] = None,
+    architecture: Annotated[str, typer.Option(
+        "--arch", help="eagle3 (fused low/mid/high features, public EAGLE-3 format) or eagle1 (the "
+                       "original single-file head).")] = "eagle3",
     prompts: Annotated[Optional[Path], typer.Option(
         "--prompts", help="JSONL prompt set (a 'prompt' field per line); default: the built-in set of 638.")] = None,
     max_new_tokens: Annotated[int, typer.Option(
-        "--max-new-tokens", "-n", help="Length of the target's greedy answer to each prompt.")] = 256,
+        "--max-new-tokens", "-n", help="Longest answer of the target to each prompt.")] = 256,
+    sampled_share: Annotated[float, typer.Option(
+        "--sampled-share", help="Share of prompts answered by sampling instead of greedily (0..1).")] = 0.0,
+    sample_temperature: Annotated[float, typer.Option(
+        "--sample-temperature", help="Temperature of the sampled answers (top-p 0.95).")] = 0.8,
+    data_only: Annotated[bool, typer.Option(
+        "--data-only", help="Generate the answers and extract the features (cached, resumable), then stop.")] = False,
     generate_batch: Annotated[int, typer.Option(
         "--generate-batch", help="Prompts answered together while generating the data.")] = 16,
     vocab: Annotated[int, typer.Option(
@@ -205,14 +214,34 @@ def train_head(
     options.drafting.validate()
     require(not options.drafting.adaptive, "train-head: --num-draft needs a number (the draft length that "
                                            "held-out acceptance is measured at)")
-    settings = TrainSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, depth=depth,
-                             vocab=vocab, num_draft=options.drafting.max_draft, seed=seed)
-    recipe = HeadRecipe(prompts, max_new_tokens, generate_batch, settings)
+    settings = TrainSettings(architecture=architecture, epochs=epochs, batch_size=batch_size,
+                             learning_rate=learning_rate, depth=depth, vocab=vocab,
+                             num_draft=options.drafting.max_draft, seed=seed)
+    recipe = HeadRecipe(prompts, max_new_tokens, generate_batch, settings, sampled_share, sample_temperature)
     recipe.validate()
-    destination = out_path or user_head_dir() / f"{Path(options.model.target).name.removesuffix('.gguf')}.safetensors"
-    require(destination.suffix == ".safetensors", f"--out {destination}: a head is a .safetensors file")
-    _check_writable_file(destination)
+    name = Path(options.model.target).name.removesuffix(".gguf")
+    if architecture == "eagle3":
+        destination = out_path or user_head_dir() / name
+        require(not destination.exists() or destination.is_dir(),
+                f"--out {destination}: an EAGLE-3 head is a directory, and this is a file")
+        _check_writable_file(destination / "config.json")
+    else:
+        destination = out_path or user_head_dir() / f"{name}.safetensors"
+        require(destination.suffix == ".safetensors", f"--out {destination}: an eagle1 head is a .safetensors file")
+        _check_writable_file(destination)
     training = HeadTraining(options.model, recipe)
+    if data_only:
+        with _progress() as progress:
+            stages: dict[str, int] = {}
+
+            def report_data(stage: str, done: int, total: int) -> None:
+                stages.setdefault(stage, progress.add_task(stage, total=total))
+                progress.update(stages[stage], completed=done)
+
+            sequences, _ = training.data(report_data)
+        tokens = sum(len(s.output_ids) for s in sequences)
+        out.print(f"data ready: {len(sequences)} answers, {tokens} answer tokens (cached; train with the same flags)")
+        return
     with _progress() as progress:
         tasks: dict[str, int] = {}
 

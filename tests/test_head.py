@@ -223,8 +223,8 @@ def test_generation_is_the_target_greedy_answer_and_resumes(tiny_target, tiny_da
 
 def test_training_lowers_the_loss_and_resumes(tiny_target, tiny_data, tmp_path):
     sequences, features = tiny_data
-    settings = TrainSettings(epochs=6, batch_size=4, learning_rate=3e-3, depth=2, vocab=30, seed=0,
-                             checkpoint_every=5)
+    settings = TrainSettings(architecture="eagle1", epochs=6, batch_size=4, learning_rate=3e-3, depth=2, vocab=30,
+                             seed=0, checkpoint_every=5)
     head, held, losses = train(tiny_target, sequences, features, settings, tmp_path / "ckpt", False, {})
     assert len(losses) == 6 * 7  # 25 training prompts in batches of 4
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
@@ -235,6 +235,51 @@ def test_training_lowers_the_loss_and_resumes(tiny_target, tiny_data, tmp_path):
     assert losses_again == losses
     assert all(torch.equal(a, b) for a, b in zip(head.state_dict().values(), again.state_dict().values()))
     assert held_again == held
+
+
+def test_eagle3_training_lowers_the_loss_and_reloads_to_identical_drafts(tiny_target, tiny_data, tmp_path):
+    """EAGLE-3 on a tiny target: fused features, training-time test; the saved directory reloads
+    through the same loader as public heads, drafting exactly what the trained head drafts."""
+    from mars_cli.head.train import feature_layers
+
+    sequences, _ = tiny_data
+    layers = feature_layers("eagle3", tiny_target.model)
+    features = extract_features(tiny_target, sequences, tmp_path / "eagle3-features", 5, layers=layers)
+    settings = TrainSettings(architecture="eagle3", epochs=6, batch_size=4, learning_rate=3e-3, depth=3, vocab=30,
+                             seed=0, checkpoint_every=100)
+    head, held, losses = train(tiny_target, sequences, features, settings, tmp_path / "ckpt", False, {})
+    # a cross-entropy against the target's soft labels: its floor is their entropy (about 3.2 here)
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.25
+    assert head.config.draft_vocab_size == 30 and len(held.per_position) == settings.num_draft
+    assert sorted(head.vocab_ids.tolist()) == head.vocab_ids.tolist()  # d2t from ascending target ids
+    head.save_pretrained(tmp_path / "head")
+    again = load_head(f"head:{tmp_path / 'head'}", tiny_target)
+    prompt = sequences[3].ids[:9]
+    first = HeadDrafter(head.eval(), tiny_target, SamplingParams(0.0), None)
+    second = HeadDrafter(again, tiny_target, SamplingParams(0.0), None)
+    with torch.no_grad():
+        out = tiny_target.model(input_ids=torch.tensor([prompt[:-1]]), output_hidden_states=True)
+    from mars_cli.decoding.target import select_features
+
+    for drafter in (first, second):
+        drafter.observe_features(select_features(out.hidden_states, drafter.feature_layers)[0])
+    assert first.propose(torch.tensor(prompt), 4).tokens.tolist() == second.propose(torch.tensor(prompt), 4).tokens.tolist()
+
+
+def test_sampled_share_answers_some_prompts_by_sampling(tiny_target, tmp_path):
+    import json
+
+    from mars_cli.head.data import Answering
+
+    prompts = [f"word {i}" for i in range(10)]
+    answering = Answering(max_new_tokens=12, sampled_share=0.5, temperature=1.0, seed=3)
+    sequences = generate(tiny_target, prompts, tmp_path / "gen.jsonl", answering, 4)
+    modes = {json.loads(line)["index"]: json.loads(line)["mode"] for line in (tmp_path / "gen.jsonl").open()}
+    assert sorted(i for i, m in modes.items() if m == "sampled") == [i for i in range(10) if answering.sampled(i)]
+    assert sum(answering.sampled(i) for i in range(10)) == 5
+    for sequence in sequences:
+        if not answering.sampled(sequence.index):  # greedy ones are the target's greedy answers
+            assert sequence.output_ids == hf_greedy(tiny_target, sequence.prompt_ids, 12)
 
 
 def test_held_out_acceptance_of_a_perfect_drafter_is_one(tiny_target, tiny_data):
@@ -278,11 +323,15 @@ def test_cli_trains_a_head_that_generate_then_finds(capsys, tiny_dir, tmp_path, 
                                for i, w in enumerate(["abc", "dog", "sun", "xyz", "mop"] * 4)))
     common = ["--target", str(tiny_dir), "--device", "cpu"]
     code, out, err = run_cli(capsys, "train-head", *common, "--prompts", str(prompts), "-n", "12",
-                             "--epochs", "2", "--vocab", "40", "--batch-size", "4", "--generate-batch", "8")
+                             "--epochs", "2", "--vocab", "40", "--batch-size", "4", "--generate-batch", "8",
+                             "--sampled-share", "0.5")
     assert code == 0, err
     assert "expected tau" in out and "draft head written to" in out
-    written = Path(os.environ["MARS_HEADS"]) / f"{tiny_dir.name}.safetensors"
-    assert written.is_file() and not written.with_name(written.name + ".ckpt").exists()
+    written = Path(os.environ["MARS_HEADS"]) / tiny_dir.name  # an EAGLE-3 head directory
+    assert (written / "config.json").is_file() and (written / "model.safetensors").is_file()
+    assert not written.with_name(written.name + ".ckpt").exists()
+    recipe = json.loads((written / "config.json").read_text())["mars"]["recipe"]
+    assert recipe["answers"] == 20 and "sampled" in recipe["data"] and recipe["settings"]["architecture"] == "eagle3"
     # `--draft head` (and `auto`) find it by fingerprint; strict greedy output equals plain decoding
     outputs = []
     for draft in ("none", "head", "auto"):
@@ -302,7 +351,9 @@ def test_cli_trains_a_head_that_generate_then_finds(capsys, tiny_dir, tmp_path, 
 @pytest.mark.parametrize("args, message", [
     (["--vocab", "-1"], "--vocab"),
     (["--epochs", "0"], "--epochs"),
-    (["--out", "head.bin"], "a head is a .safetensors file"),
+    (["--arch", "eagle1", "--out", "head.bin"], "an eagle1 head is a .safetensors file"),
+    (["--arch", "eagle9"], "--arch eagle9"),
+    (["--sampled-share", "1.5"], "--sampled-share"),
     (["--lr", "0"], "--lr"),
 ])
 def test_cli_train_head_bad_input_is_one_line(capsys, tiny_dir, tmp_path, args, message):

@@ -1,13 +1,16 @@
-"""Self-distillation data for a draft head: the target's own greedy answers and its features.
+"""Self-distillation data for a draft head: the target's own answers and its features.
 
 Two cached stages under the user's cache directory, keyed by the target's fingerprint, the
-prompt file's sha256 and the generation length, so a second run (or `--resume` after a kill)
-reuses what is there:
+prompt file's sha256, the answer length and the sampling recipe, so a second run (or `--resume`
+after a kill) reuses what is there:
 
 1. `generations.jsonl`: one line per prompt, appended batch by batch (a killed run keeps every
-   finished batch; a torn last line is ignored on resume).
-2. `features.safetensors`: the target's last hidden state (after its final norm, i.e. what its
-   LM head reads) at every position of prompt + answer, fp16, from one teacher-forced pass.
+   finished batch; a torn last line is ignored on resume). Each prompt is answered greedily, or,
+   for a chosen share of them, sampled (its `mode`), batched with left padding in the target's
+   dtype.
+2. features: the target's hidden states (the layers the head reads, then the final normed state
+   its LM head reads, concatenated) at every position of prompt + answer, fp16, from teacher-forced
+   batched passes, written in shards of `SHARD` sequences (a killed run keeps finished shards).
 """
 
 from __future__ import annotations
@@ -41,8 +44,34 @@ class Sequence:
         return self.prompt_ids + self.output_ids
 
 
-def data_dir(target: LoadedModel, prompts_sha: str, max_new_tokens: int) -> Path:
-    key = hashlib.sha256(f"{target.fingerprint}|{prompts_sha}|{max_new_tokens}".encode()).hexdigest()[:16]
+@dataclass(frozen=True)
+class Answering:
+    """How the target answers the prompts: greedy, except every prompt whose index falls in the
+    sampled share, which is sampled at `temperature` / `top_p` from a per-batch seed."""
+
+    max_new_tokens: int = 256
+    sampled_share: float = 0.0
+    temperature: float = 0.8
+    top_p: float = 0.95
+    seed: int = 0
+
+    def sampled(self, index: int) -> bool:
+        """Spread evenly over the prompt order: prompt i is sampled when floor(i * share) steps."""
+        return int((index + 1) * self.sampled_share) > int(index * self.sampled_share)
+
+    def key(self) -> str:
+        if self.sampled_share == 0:
+            return str(self.max_new_tokens)  # as before sampling existed: old caches stay valid
+        return f"{self.max_new_tokens}|{self.sampled_share}|{self.temperature}|{self.top_p}|{self.seed}"
+
+
+SHARD = 512  # sequences per features file
+
+
+def data_dir(target: LoadedModel, prompts_sha: str, answering: "Answering | int") -> Path:
+    if isinstance(answering, int):
+        answering = Answering(max_new_tokens=answering)
+    key = hashlib.sha256(f"{target.fingerprint}|{prompts_sha}|{answering.key()}".encode()).hexdigest()[:16]
     return cache_dir() / "heads" / "data" / key
 
 
@@ -82,61 +111,90 @@ def _cut_at_eos(tokens: list[int], eos: set[int], pad: int) -> list[int]:
 
 
 @torch.inference_mode()
-def generate(target: LoadedModel, prompts: list[str], out_file: Path, max_new_tokens: int,
-             batch_size: int, progress: Progress | None = None) -> list[Sequence]:
-    """Greedy answers of the target to every prompt, batched (left padding), resumable."""
+def generate(target: LoadedModel, prompts: list[str], out_file: Path, answering: "Answering | int",
+             batch_size: int, progress: Progress | None = None,
+             select: Callable[[int], bool] | None = None, longest_first: bool = False) -> list[Sequence]:
+    """The target's answers to every prompt (greedy, or sampled for `answering`'s share),
+    batched with left padding, resumable; batches hold one mode and similar prompt lengths.
+    `select` answers only the prompts it picks (another machine may answer the rest into a
+    file that is appended to this one); then only those are returned."""
+    if isinstance(answering, int):
+        answering = Answering(max_new_tokens=answering)
     tokenizer = target.tokenizer
     encoded = [encode_messages(tokenizer, [{"role": "user", "content": p}]) for p in prompts]
     done = read_generations(out_file)
-    todo = sorted((i for i in range(len(prompts)) if i not in done), key=lambda i: len(encoded[i]))
+    todo = sorted((i for i in range(len(prompts)) if i not in done and (select is None or select(i))),
+                  key=lambda i: (answering.sampled(i), -len(encoded[i]) if longest_first else len(encoded[i]), i))
     eos = target.eos_token_ids
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos, default=0)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     if progress:
         progress("generate", len(done), len(prompts))
+    batches: list[list[int]] = []
+    for index in todo:  # split where the mode changes, so every batch has one
+        if batches and len(batches[-1]) < batch_size and answering.sampled(batches[-1][0]) == answering.sampled(index):
+            batches[-1].append(index)
+        else:
+            batches.append([index])
     with out_file.open("a", encoding="utf-8") as stream:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
+        for batch in batches:
+            sampled = answering.sampled(batch[0])
             ids, mask = _padded([encoded[i] for i in batch], pad, target.device, left=True)
+            options: dict = {"do_sample": False}
+            if sampled:  # reproducible: the seed depends on the batch's first prompt only
+                torch.manual_seed(answering.seed * 1_000_003 + batch[0])
+                options = {"do_sample": True, "temperature": answering.temperature, "top_p": answering.top_p,
+                           "top_k": 0}
             output = target.model.generate(
-                input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
-                pad_token_id=pad, eos_token_id=sorted(eos) or None,
+                input_ids=ids, attention_mask=mask, max_new_tokens=answering.max_new_tokens,
+                pad_token_id=pad, eos_token_id=sorted(eos) or None, **options,
             )
             for row, index in enumerate(batch):
                 answer = _cut_at_eos(output[row, ids.shape[1]:].tolist(), eos, pad)
                 done[index] = Sequence(index, encoded[index], answer)
-                stream.write(json.dumps({"index": index, "prompt_ids": encoded[index], "output_ids": answer}) + "\n")
+                stream.write(json.dumps({"index": index, "mode": "sampled" if sampled else "greedy",
+                                         "prompt_ids": encoded[index], "output_ids": answer}) + "\n")
             stream.flush()
             os.fsync(stream.fileno())
             if progress:
                 progress("generate", len(done), len(prompts))
-    return [done[i] for i in range(len(prompts))]
+    return [done[i] for i in range(len(prompts)) if i in done]
 
 
 @torch.inference_mode()
-def extract_features(target: LoadedModel, sequences: list[Sequence], out_file: Path, batch_size: int,
+def extract_features(target: LoadedModel, sequences: list[Sequence], folder: Path, batch_size: int,
                      progress: Progress | None = None, layers: FeatureLayers = LAST_LAYER) -> dict[int, torch.Tensor]:
-    """The target's features (`layers`, as decoding selects them) at every position, one
-    teacher-forced pass (right padding is harmless: attention is causal, so padding after a
-    sequence never reaches its positions)."""
+    """The target's features (`layers`, as decoding selects them, concatenated) at every
+    position, from teacher-forced batched passes (right padding is harmless: attention is causal,
+    so padding after a sequence never reaches its positions). Shards of SHARD sequences under
+    `folder`; finished shards are reused."""
     from safetensors.torch import load_file, save_file
 
-    if out_file.exists():
-        stored = load_file(str(out_file))
-        if all(str(s.index) in stored for s in sequences):
-            return {s.index: stored[str(s.index)] for s in sequences}
+    folder.mkdir(parents=True, exist_ok=True)
     features: dict[int, torch.Tensor] = {}
-    order = sorted(sequences, key=lambda s: len(s.ids))
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
-        ids, mask = _padded([s.ids for s in batch], 0, target.device, left=False)
-        output = target.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False)
-        hidden = select_features(output.hidden_states, layers)
-        for row, sequence in enumerate(batch):
-            features[sequence.index] = hidden[row, : len(sequence.ids)].to("cpu", torch.float16).contiguous()
-        if progress:
-            progress("features", len(features), len(sequences))
-    temporary = out_file.with_suffix(".tmp")
-    save_file({str(k): v for k, v in features.items()}, str(temporary))
-    os.replace(temporary, out_file)
+    shards = [sequences[start : start + SHARD] for start in range(0, len(sequences), SHARD)]
+    for number, shard in enumerate(shards):
+        path = folder / f"shard-{number:05d}-{len(shard)}.safetensors"
+        if path.exists():
+            stored = load_file(str(path))
+            if all(str(s.index) in stored for s in shard):
+                features.update({s.index: stored[str(s.index)] for s in shard})
+                if progress:
+                    progress("features", len(features), len(sequences))
+                continue
+        found: dict[int, torch.Tensor] = {}
+        order = sorted(shard, key=lambda s: len(s.ids))
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            ids, mask = _padded([s.ids for s in batch], 0, target.device, left=False)
+            output = target.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False)
+            hidden = select_features(output.hidden_states, layers)
+            for row, sequence in enumerate(batch):
+                found[sequence.index] = hidden[row, : len(sequence.ids)].to("cpu", torch.float16).contiguous()
+            if progress:
+                progress("features", len(features) + len(found), len(sequences))
+        temporary = path.with_suffix(".tmp")
+        save_file({str(k): v for k, v in found.items()}, str(temporary))
+        os.replace(temporary, path)
+        features.update(found)
     return features

@@ -210,6 +210,10 @@ class Eagle3Head(PairHead):
     def target_vocab_size(self) -> int:
         return self.config.vocab_size
 
+    @property
+    def target_name(self) -> str:
+        return str(self.config.mars.get("target", ""))
+
     def feature_layers_for(self, target_model: nn.Module) -> tuple[int, ...]:
         """hidden_states entries: the configured aux layer ids + 1 (the outputs of those layers),
         else 2, N // 2 and N - 3 of an N-layer target (the inputs of those layers)."""

@@ -139,6 +139,11 @@ class PairHead(nn.Module):
     def target_vocab_size(self) -> int:
         raise NotImplementedError
 
+    @property
+    def target_name(self) -> str:
+        """The target it was made for, as recorded (empty when it records none)."""
+        raise NotImplementedError
+
     def feature_layers_for(self, target_model: nn.Module) -> tuple[int, ...]:
         """Which entries of the target's `hidden_states` it reads (see target.select_features)."""
         raise NotImplementedError
@@ -262,6 +267,10 @@ class DraftHead(PairHead):
     @property
     def target_vocab_size(self) -> int:
         return self.config.vocab_size
+
+    @property
+    def target_name(self) -> str:
+        return self.config.target
 
     def feature_layers_for(self, target_model: nn.Module) -> tuple[int, ...]:
         return (-1,)  # the target's final normed state, what its LM head reads

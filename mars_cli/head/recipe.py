@@ -16,8 +16,9 @@ from ..errors import require
 from ..options import ModelOptions
 from ..prompts import load_prompts
 from . import data as head_data
-from .model import DraftHead
-from .train import HELD_OUT_EVERY, HeldOut, TrainSettings, train
+from .eagle3 import Eagle3Head
+from .model import PairHead
+from .train import ARCHITECTURES, HELD_OUT_EVERY, HeldOut, TrainSettings, feature_layers, train
 
 Report = Callable[[str, int, int], None]  # (stage, done, total) while generating and extracting
 OnStep = Callable[[int, int, float], None]  # (step, total steps, loss) while training
@@ -31,11 +32,23 @@ class HeadRecipe:
     max_new_tokens: int = 256
     generate_batch: int = 16
     settings: TrainSettings = dataclasses.field(default_factory=TrainSettings)
+    sampled_share: float = 0.0  # share of prompts answered by sampling (the rest greedily)
+    sample_temperature: float = 0.8
+
+    @property
+    def answering(self) -> head_data.Answering:
+        return head_data.Answering(self.max_new_tokens, self.sampled_share, self.sample_temperature,
+                                   seed=self.settings.seed)
 
     def validate(self) -> None:
         """One sentence per bad value, before anything is loaded."""
         settings = self.settings
         require(self.max_new_tokens >= 8, f"--max-new-tokens must be at least 8, got {self.max_new_tokens}")
+        require(0.0 <= self.sampled_share <= 1.0, f"--sampled-share must be in [0, 1], got {self.sampled_share}")
+        require(0.0 < self.sample_temperature <= 2.0,
+                f"--sample-temperature must be in (0, 2], got {self.sample_temperature}")
+        require(settings.architecture in ARCHITECTURES,
+                f"--arch {settings.architecture}: expected one of {', '.join(ARCHITECTURES)}")
         require(self.generate_batch >= 1, f"--generate-batch must be at least 1, got {self.generate_batch}")
         require(settings.vocab >= 0, f"--vocab must be 0 (full) or a token count, got {settings.vocab}")
         require(settings.learning_rate > 0, f"--lr must be positive, got {settings.learning_rate}")
@@ -45,7 +58,7 @@ class HeadRecipe:
 
 @dataclass
 class TrainedHead:
-    head: DraftHead
+    head: PairHead
     held: HeldOut  # greedy chain acceptance on the held-out answers
     answers: int
     answer_tokens: int
@@ -60,21 +73,36 @@ class HeadTraining:
                                                                         HELD_OUT_EVERY)
         self.target = model.load()
 
+    def data(self, report: Report) -> tuple[list[head_data.Sequence], dict]:
+        """Generate (or reuse) the answers and extract (or reuse) the features the head reads."""
+        recipe, target = self.recipe, self.target
+        folder = head_data.data_dir(target, self.prompt_hash, recipe.answering)
+        sequences = head_data.generate(target, self.prompts, folder / "generations.jsonl", recipe.answering,
+                                       recipe.generate_batch, report)
+        layers = feature_layers(recipe.settings.architecture, target.model)
+        name = "features" + "".join(f"_{layer}" for layer in layers)
+        features = head_data.extract_features(target, sequences, folder / name, max(1, recipe.generate_batch // 2),
+                                              report, layers)
+        return sequences, features
+
     def run(self, destination: Path, command: str, resume: bool, report: Report, on_step: OnStep) -> TrainedHead:
         """Generate (or reuse) the data, train (resuming from the checkpoint beside `destination`
         if asked), and save the head with its recipe and held-out figures."""
         recipe, target = self.recipe, self.target
-        folder = head_data.data_dir(target, self.prompt_hash, recipe.max_new_tokens)
-        sequences = head_data.generate(target, self.prompts, folder / "generations.jsonl", recipe.max_new_tokens,
-                                       recipe.generate_batch, report)
-        features = head_data.extract_features(target, sequences, folder / "features.safetensors",
-                                              max(1, recipe.generate_batch // 2), report)
+        sequences, features = self.data(report)
+        modes = "greedy" if recipe.sampled_share == 0 else \
+            f"greedy, and sampled (T = {recipe.sample_temperature}, top-p 0.95) for {recipe.sampled_share:.0%} of prompts"
         recorded = {"command": command, "prompts": self.prompt_name, "prompts_sha256": self.prompt_hash,
-                    "max_new_tokens": recipe.max_new_tokens, "data": "the target's greedy answers (chat template)"}
+                    "max_new_tokens": recipe.max_new_tokens, "data": f"the target's answers ({modes}; chat template)",
+                    "answer_tokens": sum(len(s.output_ids) for s in sequences), "answers": len(sequences)}
         checkpoint = destination.with_name(destination.name + ".ckpt")
         head, held, losses = train(target, sequences, features, recipe.settings, checkpoint, resume, recorded, on_step)
-        head.config.recipe["held_out"] = dataclasses.asdict(held) | {"tau": held.tau}
-        head.config.recipe["final_loss"] = sum(losses[-10:]) / len(losses[-10:])
-        head.save(destination)
+        record = head.config.mars["recipe"] if isinstance(head, Eagle3Head) else head.config.recipe
+        record["held_out"] = dataclasses.asdict(held) | {"tau": held.tau}
+        record["final_loss"] = sum(losses[-10:]) / len(losses[-10:])
+        if isinstance(head, Eagle3Head):
+            head.save_pretrained(destination)
+        else:
+            head.save(destination)
         checkpoint.unlink(missing_ok=True)
         return TrainedHead(head, held, len(sequences), sum(len(s.output_ids) for s in sequences))

@@ -1,14 +1,19 @@
 """Training a draft head by self-distillation: `mars train-head`.
 
-The labels are the target's own: at every position the head's prediction is pulled towards the
-target's feature (smooth L1, EAGLE's regression term) and its token distribution towards the
-target's (cross-entropy against the target's softmax over the head's vocabulary subset). Each
-step also unrolls `depth` drafting steps (see DraftHead.unrolled), so the head learns to draft
-from its own predictions, as it must at positions 2..k of a round.
+Two architectures. `eagle3` (the default): the EAGLE-3 head (eagle3.py), which reads the target's
+low, middle and high features and scores its own draft vocabulary (the most frequent tokens of
+the training data, d2t built from them); its loss is the cross-entropy between the target's
+distribution (its logits at the next position, restricted to the draft vocabulary) and the head's,
+at every step of the training-time test, weighted 0.8^(d-1) as in EAGLE-3. `eagle1`: the original
+single-file head (model.DraftHead), which predicts the target's last hidden state: smooth L1 on
+that feature plus 0.1 x the same cross-entropy through the target's own LM-head rows.
+
+Training-time test: each step also unrolls `depth` drafting steps (PairHead.unrolled), so the head
+learns to draft from its own predictions, as it must at positions 2..k of a round.
 
 Every tenth prompt is held out; the held-out acceptance figure at the end is measured the way
-drafting works (greedy chains of k drafts from true features), on the target's own greedy
-answers, so it predicts the acceptance of strict greedy decoding.
+drafting works (greedy chains of k drafts from true features), on the target's own answers, so
+it predicts the acceptance of strict greedy decoding.
 """
 
 from __future__ import annotations
@@ -28,15 +33,27 @@ from ..errors import require
 from ..models import LoadedModel
 from ..prompts import is_held_out
 from .data import Sequence
-from .model import DraftHead, HeadConfig
+from .eagle3 import Eagle3Config, Eagle3Head, default_aux_layers, num_layers
+from .model import DraftHead, HeadConfig, PairHead
 
 HELD_OUT_EVERY = 10
 REGRESSION_WEIGHT = 1.0
 CLASSIFICATION_WEIGHT = 0.1
+STEP_DECAY = 0.8  # EAGLE-3: the loss of unrolled step d weighs 0.8^(d-1)
+ARCHITECTURES = ("eagle3", "eagle1")
+
+
+def feature_layers(architecture: str, target_model: torch.nn.Module) -> tuple[int, ...]:
+    """The hidden_states entries training data keeps: what the head reads, then (eagle3) the final
+    normed state, from which the target's next-token distribution (the label) is computed."""
+    if architecture == "eagle3":
+        return (*default_aux_layers(num_layers(target_model)), -1)
+    return (-1,)
 
 
 @dataclass
 class TrainSettings:
+    architecture: str = "eagle3"
     epochs: int = 8
     batch_size: int = 8
     learning_rate: float = 1e-3
@@ -97,29 +114,39 @@ def make_batch(batch: list[Sequence], features: dict[int, torch.Tensor], max_len
     return tokens, feats, valid, answer
 
 
-def head_loss(head: DraftHead, tokens, feats, valid, depth: int) -> tuple[torch.Tensor, dict[str, float]]:
-    """Pairs (f_p, x_{p+1}) predict f_{p+1} and the target's distribution read from it."""
-    inputs, next_tokens, goal = feats[:, :-1], tokens[:, 1:], feats[:, 1:]
+def head_loss(head: PairHead, tokens, feats, valid, depth: int,
+              target_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Pairs (f_p, x_{p+1}) predict the target's distribution at p + 1 (read from its final
+    state there; `target_rows` are its LM-head rows of the head's vocabulary, eagle3) and, for an
+    eagle1 head, the final state itself."""
+    width, eagle3 = head.feature_width, isinstance(head, Eagle3Head)
+    # a feature row is [what the head reads | the target's final state] (eagle3) or that state alone
+    final = feats[:, 1:, width:] if eagle3 else feats[:, 1:, :width]
+    inputs, next_tokens = feats[:, :-1, :width], tokens[:, 1:]
     pair_valid = valid[:, 1:]
     with torch.no_grad():
-        target_logp = torch.log_softmax(head.logits(goal), dim=-1)
-        target_p = target_logp.exp()
-    total = torch.zeros(())
+        target_logits = final @ target_rows.T if eagle3 else head.logits(final)
+        target_p = torch.softmax(target_logits, dim=-1)
+    total, weights = torch.zeros(()), 0.0
     parts = {}
     for d, predicted in enumerate(head.unrolled(inputs, next_tokens, depth), start=1):
         mask = pair_valid.clone()
         mask[:, : d - 1] = False
         weight = mask.float()
         count = weight.sum().clamp(min=1.0)
-        regression = (F.smooth_l1_loss(predicted, goal, reduction="none").mean(-1) * weight).sum() / count
         cross = (-(target_p * torch.log_softmax(head.logits(predicted), dim=-1)).sum(-1) * weight).sum() / count
-        total = total + REGRESSION_WEIGHT * regression + CLASSIFICATION_WEIGHT * cross
+        if eagle3:
+            scale = STEP_DECAY ** (d - 1)
+            total, weights = total + scale * cross, weights + scale
+        else:
+            regression = (F.smooth_l1_loss(predicted, final, reduction="none").mean(-1) * weight).sum() / count
+            total, weights = total + REGRESSION_WEIGHT * regression + CLASSIFICATION_WEIGHT * cross, weights + 1.0
         parts[f"ce{d}"] = float(cross.detach())
-    return total / depth, parts
+    return total / weights, parts
 
 
 @torch.no_grad()
-def held_out_acceptance(head: DraftHead, sequences: list[Sequence], features: dict[int, torch.Tensor],
+def held_out_acceptance(head: PairHead, sequences: list[Sequence], features: dict[int, torch.Tensor],
                         k: int, max_length: int, batch_size: int = 8) -> HeldOut:
     """Chains of k greedy drafts from every answer position, scored against the target's own
     greedy answer (the data), exactly as strict greedy verification scores them."""
@@ -129,7 +156,7 @@ def held_out_acceptance(head: DraftHead, sequences: list[Sequence], features: di
     subset = set(head.vocab_ids.tolist())
     for start in range(0, len(sequences), batch_size):
         tokens, feats, valid, answer = make_batch(sequences[start : start + batch_size], features, max_length)
-        outputs = head.unrolled(feats[:, :-1], tokens[:, 1:], k)
+        outputs = head.unrolled(feats[:, :-1, : head.feature_width], tokens[:, 1:], k)
         # pass e at pair i drafts the token at position i + 2
         drafted = [head.vocab_ids[head.logits(o).argmax(-1)] for o in outputs]  # each [B, T-1]
         steps = tokens.shape[1]
@@ -163,7 +190,7 @@ def learning_rate(step: int, total: int, peak: float) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _save_checkpoint(path: Path, head: DraftHead, optimizer, step: int, losses: list[float]) -> None:
+def _save_checkpoint(path: Path, head: PairHead, optimizer, step: int, losses: list[float]) -> None:
     temporary = path.with_name(path.name + ".tmp")
     torch.save({"step": step, "head": head.state_dict(), "optimizer": optimizer.state_dict(), "losses": losses},
                temporary)
@@ -172,7 +199,7 @@ def _save_checkpoint(path: Path, head: DraftHead, optimizer, step: int, losses: 
 
 def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, torch.Tensor],
           settings: TrainSettings, checkpoint: Path, resume: bool, recipe: dict,
-          progress: Callable[[int, int, float], None] | None = None) -> tuple[DraftHead, HeldOut, list[float]]:
+          progress: Callable[[int, int, float], None] | None = None) -> tuple[PairHead, HeldOut, list[float]]:
     """Train on all but the held-out prompts; returns the head (weights rounded to fp16, as they
     are saved), its held-out acceptance and the loss of every step."""
     require(settings.depth >= 1 and settings.epochs >= 1 and settings.batch_size >= 1,
@@ -183,9 +210,15 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
     torch.manual_seed(settings.seed)
     width = target.model.get_output_embeddings().weight.shape[0]
     vocab_ids = vocabulary_subset(train_set, settings.vocab or width, target.eos_token_ids, width)
-    config = HeadConfig.for_target(target.model, target=target.spec, target_fingerprint=target.fingerprint,
-                                   recipe={**recipe, "settings": asdict(settings)})
-    head = DraftHead(config, vocab_ids).attach(target.model)
+    record = {**recipe, "settings": asdict(settings)}
+    target_rows = None
+    if settings.architecture == "eagle3":
+        head = new_eagle3_head(target, torch.sort(vocab_ids).values, record)
+        target_rows = target.model.get_output_embeddings().weight.detach()[head.vocab_ids].float()
+    else:
+        config = HeadConfig.for_target(target.model, target=target.spec, target_fingerprint=target.fingerprint,
+                                       recipe=record)
+        head = DraftHead(config, vocab_ids).attach(target.model)
     optimizer = torch.optim.AdamW(head.parameters(), lr=settings.learning_rate, betas=(0.9, 0.95),
                                   weight_decay=0.0)
     steps_per_epoch = math.ceil(len(train_set) / settings.batch_size)
@@ -205,7 +238,7 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
         tokens, feats, valid, _ = make_batch(picked, features, settings.max_length)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, total, settings.learning_rate)
-        loss, _ = head_loss(head, tokens, feats, valid, settings.depth)
+        loss, _ = head_loss(head, tokens, feats, valid, settings.depth, target_rows)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -222,3 +255,31 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
     head.eval()
     held = held_out_acceptance(head, held_set, features, settings.num_draft, settings.max_length)
     return head, held, losses
+
+
+def new_eagle3_head(target: LoadedModel, draft_vocab: torch.Tensor, record: dict) -> Eagle3Head:
+    """An EAGLE-3 head shaped like one layer of the target (its width, heads, MLP and RoPE, the
+    latter written into the config so every loader agrees), its LM head and final norm started
+    from the target's own rows and norm, its draft vocabulary `draft_vocab` (ascending ids)."""
+    model = target.model
+    text = getattr(model.config, "text_config", model.config)
+    hidden = int(text.hidden_size)
+    heads = int(text.num_attention_heads)
+    rope = getattr(text, "rope_parameters", None)
+    theta = float((rope.get("rope_theta") if isinstance(rope, dict) else None) or getattr(text, "rope_theta", 10000.0))
+    config = Eagle3Config(
+        hidden_size=hidden, intermediate_size=int(text.intermediate_size), num_attention_heads=heads,
+        num_key_value_heads=int(getattr(text, "num_key_value_heads", None) or heads),
+        head_dim=int(getattr(text, "head_dim", None) or hidden // heads), vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+        draft_vocab_size=int(draft_vocab.numel()), rms_norm_eps=float(getattr(text, "rms_norm_eps", 1e-6)),
+        rope_theta=theta, max_position_embeddings=int(getattr(text, "max_position_embeddings", 2048) or 2048),
+        mars={"target": target.spec, "target_fingerprint": target.fingerprint, "recipe": record},
+    )
+    head = Eagle3Head(config)
+    head.set_vocabulary(draft_vocab)
+    with torch.no_grad():
+        head.lm_head.weight.copy_(model.get_output_embeddings().weight.detach()[draft_vocab].float())
+        final_norm = getattr(getattr(model, "model", model), "norm", None)
+        if final_norm is not None and getattr(final_norm, "weight", None) is not None:
+            head.norm.weight.copy_(final_norm.weight.detach().float())
+    return head.attach(model)

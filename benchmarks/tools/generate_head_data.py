@@ -1,0 +1,56 @@
+"""Answer a share of `mars train-head`'s prompts on another machine (a GPU, where batched
+generation is many times faster), into a generations.jsonl to append to the training cache.
+
+    python benchmarks/tools/generate_head_data.py --prompts mars_cli/data/head_prompts_large.jsonl \
+        --max-new-tokens 256 --sampled-share 0.5 --modes sampled-then-greedy --batch 1024 --device cuda --out gen.jsonl
+
+The answering recipe (length, sampled share, temperature, seed) must be the one train-head is
+run with: its lines then stand for the same prompts in the same modes. Batches are written as
+they finish, so a run cut short keeps what it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from mars_cli.head.data import Answering, generate
+from mars_cli.models import load_model
+from mars_cli.prompts import load_prompts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default="smollm2-135m")
+    parser.add_argument("--prompts", type=Path, required=True)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--sampled-share", type=float, default=0.0)
+    parser.add_argument("--sample-temperature", type=float, default=0.8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--modes", choices=("all", "sampled", "greedy", "sampled-then-greedy"), default="all")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    prompts, _, _ = load_prompts(args.prompts, args.prompts, 10)
+    answering = Answering(args.max_new_tokens, args.sampled_share, args.sample_temperature, seed=args.seed)
+    target = load_model(args.target, device=args.device, dtype=args.dtype)
+
+    def report(stage: str, done: int, total: int) -> None:
+        print(f"{stage} {done}/{total}", file=sys.stderr, flush=True)
+
+    # sampled prompts first (shortest first), then greedy ones longest first: another machine
+    # answering the greedy ones shortest first (train-head's order) meets this one in the middle
+    passes = {"all": [(None, False)], "sampled": [(answering.sampled, False)],
+              "greedy": [(lambda i: not answering.sampled(i), True)],
+              "sampled-then-greedy": [(answering.sampled, False), (lambda i: not answering.sampled(i), True)]}
+    for select, longest_first in passes[args.modes]:
+        answered = generate(target, prompts, args.out, answering, args.batch, report, select, longest_first)
+        print(f"{len(answered)} answers, {sum(len(s.output_ids) for s in answered)} answer tokens in {args.out}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
