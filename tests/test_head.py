@@ -379,8 +379,8 @@ def test_killed_training_resumes_to_the_same_head(tiny_target, tiny_data, tmp_pa
     """A run killed after its step-10 checkpoint, resumed, ends with the weights and losses of a
     run that never stopped (same data order, optimizer state and schedule)."""
     sequences, features = tiny_data
-    settings = TrainSettings(epochs=3, batch_size=4, learning_rate=3e-3, depth=2, vocab=30, seed=1,
-                             checkpoint_every=5)
+    settings = TrainSettings(architecture="eagle1", epochs=3, batch_size=4, learning_rate=3e-3, depth=2, vocab=30,
+                             seed=1, checkpoint_every=5)
     whole, _, whole_losses = train(tiny_target, sequences, features, settings, tmp_path / "a.ckpt", False, {})
 
     def kill_at_12(step: int, total: int, loss: float) -> None:

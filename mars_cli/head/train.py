@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import require
-from ..models import LoadedModel
+from ..models import LoadedModel, cpu_computes_bfloat16
 from ..prompts import is_held_out
 from .data import Sequence
 from .eagle3 import Eagle3Config, Eagle3Head, default_aux_layers, num_layers
@@ -63,6 +63,7 @@ class TrainSettings:
     num_draft: int = 4  # chain length for the held-out acceptance figure
     seed: int = 0
     checkpoint_every: int = 50
+    bfloat16: str = "auto"  # autocast the training steps: auto (where the CPU computes it), on, off
 
 
 @dataclass
@@ -211,6 +212,11 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
     width = target.model.get_output_embeddings().weight.shape[0]
     vocab_ids = vocabulary_subset(train_set, settings.vocab or width, target.eos_token_ids, width)
     record = {**recipe, "settings": asdict(settings)}
+    hidden = target.model.get_input_embeddings().weight.shape[1]
+    widths = {"eagle3": 4 * hidden, "eagle1": hidden}  # see feature_layers
+    stored = next(iter(features.values())).shape[-1]
+    require(stored == widths[settings.architecture],
+            f"the training features are {stored} wide; an {settings.architecture} head needs {widths[settings.architecture]}")
     target_rows = None
     if settings.architecture == "eagle3":
         head = new_eagle3_head(target, torch.sort(vocab_ids).values, record)
@@ -230,6 +236,9 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
         optimizer.load_state_dict(state["optimizer"])
         step, losses = int(state["step"]), list(state["losses"])
     head.train()
+    # bfloat16 matrix products where the processor computes them natively (AMX / AVX512-BF16):
+    # about 3x faster training steps here; the weights and the optimizer stay float32
+    fast = settings.bfloat16 == "on" or (settings.bfloat16 == "auto" and cpu_computes_bfloat16())
     while step < total:
         epoch, offset = divmod(step, steps_per_epoch)
         order = list(range(len(train_set)))
@@ -238,7 +247,8 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
         tokens, feats, valid, _ = make_batch(picked, features, settings.max_length)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, total, settings.learning_rate)
-        loss, _ = head_loss(head, tokens, feats, valid, settings.depth, target_rows)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=fast):  # fp32 weights and optimizer
+            loss, _ = head_loss(head, tokens, feats, valid, settings.depth, target_rows)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
