@@ -13,7 +13,7 @@ from rich.console import Console
 
 from . import __version__
 from .calibrate import DEFAULT_OBJECTIVE, Calibration, CalibrationRequest, default_destination
-from .errors import UserError, check_seed, require
+from .errors import UserError, require
 from .flags import DECODING_FLAGS, decoding_flags
 from .options import DecodingOptions
 from .render import calibration_table, eval_table, stats_table
@@ -57,8 +57,7 @@ def generate(
     show_stats: Annotated[bool, typer.Option("--stats", help="Print decoding statistics as a table after the text.")] = False,
 ) -> None:
     """Generate a continuation of PROMPT, streaming the text as it is decoded."""
-    options.validate()
-    check_seed(options.sampling.seed)
+    options.validate()  # --seed too (check_seed)
     text = read_prompt(prompt)
     session = Session(options)
     prompt_ids = session.encode(text)
@@ -282,8 +281,7 @@ def profile_command(
     from .profiling import DEFAULT_PROMPT, parse_range, plot_report, run_profile
     from .render import profile_tables
 
-    options.validate()
-    check_seed(options.sampling.seed)
+    options.validate()  # --seed too (check_seed)
     prompt = None if prompt is None else _valid_utf8(prompt, "the prompt argument")
     sweep = parse_range(sweep_num_draft) if sweep_num_draft else None
     require(bucket >= 1, f"--bucket must be at least 1, got {bucket}")
@@ -342,8 +340,7 @@ def eval_command(
     from .evaluation.results import Gates, build_results, run_signature
     from .evaluation.suites import load_suites
 
-    options.validate()
-    check_seed(options.sampling.seed)
+    options.validate()  # --seed too (check_seed)
     require(repeats >= 1, f"--repeats must be at least 1, got {repeats}")
     require(limit is None or limit >= 1, f"--limit must be at least 1, got {limit}")
     gates = Gates(min_speedup, max_quality_drop)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .decoding.sampling import SamplingParams
 from .decoding.verifiers import MARGIN_MEASURES
-from .errors import require
+from .errors import check_seed, require
 from .models import DEFAULT_TARGET
 
 if TYPE_CHECKING:
@@ -116,6 +116,7 @@ class SamplingOptions:
                 f"--temperature must be a finite number >= 0, got {self.temperature}")
         require(math.isfinite(self.top_p) and 0 < self.top_p <= 1, f"--top-p must be in (0, 1], got {self.top_p}")
         require(self.top_k >= 0, f"--top-k must be >= 0 (0 disables it), got {self.top_k}")
+        check_seed(self.seed)
 
     @property
     def params(self) -> SamplingParams:

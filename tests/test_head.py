@@ -354,6 +354,7 @@ def test_cli_trains_a_head_that_generate_then_finds(capsys, tiny_dir, tmp_path, 
     (["--arch", "eagle1", "--out", "head.bin"], "an eagle1 head is a .safetensors file"),
     (["--arch", "eagle9"], "--arch eagle9"),
     (["--sampled-share", "1.5"], "--sampled-share"),
+    (["--seed", "18446744073709551617"], "--seed"),
     (["--lr", "0"], "--lr"),
 ])
 def test_cli_train_head_bad_input_is_one_line(capsys, tiny_dir, tmp_path, args, message):

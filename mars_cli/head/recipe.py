@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import require
+from ..errors import check_seed, require
 from ..options import ModelOptions
 from ..prompts import load_prompts
 from . import data as head_data
@@ -45,6 +45,7 @@ class HeadRecipe:
         settings = self.settings
         require(self.max_new_tokens >= 8, f"--max-new-tokens must be at least 8, got {self.max_new_tokens}")
         require(0.0 <= self.sampled_share <= 1.0, f"--sampled-share must be in [0, 1], got {self.sampled_share}")
+        check_seed(settings.seed)
         require(0.0 < self.sample_temperature <= 2.0,
                 f"--sample-temperature must be in (0, 2], got {self.sample_temperature}")
         require(settings.architecture in ARCHITECTURES,
