@@ -18,6 +18,7 @@ from mars_cli.head.drafter import HeadDrafter, load_head
 from mars_cli.head.eagle3 import Eagle3Head, default_aux_layers
 from mars_cli.head.model import HeadCache
 
+from .test_head import assert_unroll_matches_drafting
 from .test_loop import hf_greedy, random_prompt, run
 
 PUBLIC_KEYS = {
@@ -157,17 +158,7 @@ def test_unroll_equals_incremental_drafting(tiny_target, tmp_path):
     """Training-time test: pass d at pair i is exactly draft step d after true pairs up to i-d+1."""
     head = load_head(f"head:{write_public_head(tmp_path / 'head', tiny_target, seed=1)}", tiny_target)
     ids = random_prompt(random.Random(2), len(tiny_target.tokenizer), 13)
-    feats, tokens, depth = aux_features(tiny_target, ids, head), torch.tensor(ids), 3
-    with torch.no_grad():
-        passes = head.unrolled(feats[None, :-1], tokens[None, 1:], depth)
-        for m in range(0, len(ids) - depth - 1):
-            cache = HeadCache()
-            out = head.step(feats[: m + 1], tokens[1 : m + 2], cache)[-1:]
-            torch.testing.assert_close(out[0], passes[0][0, m], rtol=1e-3, atol=2e-4)
-            for d in range(2, depth + 1):
-                i = m + d - 1
-                out = head.step(out, tokens[i + 1 : i + 2], cache)
-                torch.testing.assert_close(out[0], passes[d - 1][0, i], rtol=1e-3, atol=2e-4)
+    assert_unroll_matches_drafting(head, aux_features(tiny_target, ids, head), torch.tensor(ids), depth=3)
 
 
 def test_our_writer_round_trips_to_identical_drafts(tiny_target, tmp_path):

@@ -51,12 +51,14 @@ def test_unrolled_training_passes_equal_incremental_drafting(tiny_target):
     to i-d+1: otherwise the held-out figure and the training signal describe another drafter."""
     head = random_head(tiny_target)
     ids = random_prompt(random.Random(3), len(tiny_target.tokenizer), 14)
-    feats = target_features(tiny_target, ids)
-    tokens = torch.tensor(ids)
-    depth = 3
+    assert_unroll_matches_drafting(head, target_features(tiny_target, ids), torch.tensor(ids), depth=3)
+
+
+def assert_unroll_matches_drafting(head, feats: torch.Tensor, tokens: torch.Tensor, depth: int) -> None:
+    """Every pass of `head.unrolled` against step-by-step drafting from a fresh cache."""
     with torch.no_grad():
         passes = head.unrolled(feats[None, :-1], tokens[None, 1:], depth)
-        for m in range(0, len(ids) - depth - 1):
+        for m in range(0, tokens.numel() - depth - 1):
             cache = HeadCache()
             out = head.step(feats[: m + 1], tokens[1 : m + 2], cache)[-1:]
             torch.testing.assert_close(out[0], passes[0][0, m], rtol=1e-3, atol=2e-4)
