@@ -82,7 +82,8 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     _flag("device", str, "auto", "--device", rich_help_panel=MODEL,
           help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."),
     _flag("dtype", str, "auto", "--dtype", rich_help_panel=MODEL,
-          help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16 or float16."),
+          help="auto (bfloat16 on CUDA and on CPUs that compute it natively, else float32), float32 (the "
+               "exact mode), bfloat16 or float16."),
     _flag("compile", str, "auto", "--compile", rich_help_panel=MODEL,
           help="Static KV cache with compiled target forwards (CUDA graphs on CUDA): 'on', 'off', or 'auto' (on "
                "for CUDA where torch can compile; off on CPU, where the compile time is not won back)."),
