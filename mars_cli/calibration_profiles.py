@@ -1,9 +1,17 @@
 """Calibration profiles: a versioned YAML schema, safe loading with validation, atomic saving,
-and lookup by model fingerprint (user directory first, then the profiles shipped with mars)."""
+and lookup by model fingerprint (user directory first, then the profiles shipped with mars).
+
+Schema 2 adds `modes`: thresholds per decoding mode (`greedy` for T = 0, `sampled` for T > 0),
+each fitted on the positions that mode visits, with the quality sweep that chose it when the
+objective was `quality=`. The top-level `thresholds`/`temperature`/`objective` stay (the sampled
+mode's, else the greedy one's), so a schema-1 file is a profile with one mode: its temperature
+says which (sampled at T = 1 for every profile made before modes existed).
+"""
 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +22,9 @@ from .decoding.verifiers import MARGIN_MEASURES
 from .errors import UserError
 from .paths import user_profile_dir, write_atomic
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+SUPPORTED_SCHEMAS = (1, 2)
+MODES = ("greedy", "sampled")
 SHIPPED_DIR = Path(__file__).parent / "profiles"
 REQUIRED = {
     "schema": int,
@@ -44,6 +54,50 @@ class Profile:
     def threshold(self, measure: str) -> float:
         return float(self.data["thresholds"][measure])
 
+    def modes(self) -> dict[str, dict[str, Any]]:
+        """Mode name -> its block (thresholds, temperature, objective, ...). A file without `modes`
+        (schema 1) has one mode, named by its temperature."""
+        if "modes" in self.data:
+            return self.data["modes"]
+        top = {key: self.data[key] for key in ("thresholds", "temperature", "objective")}
+        return {mode_of(self.data["temperature"]): top}
+
+    def mode_for(self, temperature: float) -> ModeChoice:
+        """The block for decoding at `temperature`; the other mode when this profile lacks it."""
+        wanted = mode_of(temperature)
+        modes = self.modes()
+        if wanted in modes:
+            return ModeChoice(wanted, modes[wanted], None)
+        other = next(iter(modes))
+        what = "greedy (T = 0)" if wanted == "greedy" else "sampling (T > 0)"
+        note = (f"profile {self.path} has no thresholds for {what}; using its {other} ones "
+                f"(recalibrate with `mars calibrate --modes greedy,sampled` for both)")
+        return ModeChoice(other, modes[other], note)
+
+
+@dataclass(frozen=True)
+class ModeChoice:
+    """The mode a decoding temperature asks for, as found in a profile (`note`: why another)."""
+
+    name: str
+    block: dict[str, Any]
+    note: str | None
+
+
+_NOTED: set[str] = set()
+
+
+def note_once(note: str) -> None:
+    """A one-line note on stderr, printed once per process (eval builds a session per method)."""
+    if note not in _NOTED:
+        _NOTED.add(note)
+        print(f"mars: note: {note}", file=sys.stderr)
+
+
+def mode_of(temperature: float) -> str:
+    """Greedy decoding (T = 0) visits other positions than sampling does: its own thresholds."""
+    return "greedy" if temperature == 0 else "sampled"
+
 
 def validate(data: object, origin: str) -> dict[str, Any]:
     """Raise a one-line UserError naming the first problem; return the data when sound."""
@@ -57,23 +111,57 @@ def validate(data: object, origin: str) -> dict[str, Any]:
             raise fail(f"missing field '{key}'")
         if not isinstance(data[key], kind) or isinstance(data[key], bool):
             raise fail(f"field '{key}' has the wrong type")
-    if data["schema"] != SCHEMA_VERSION:
-        raise fail(f"schema version {data['schema']} is not supported (expected {SCHEMA_VERSION})")
+    if data["schema"] not in SUPPORTED_SCHEMAS:
+        raise fail(f"schema version {data['schema']} is not supported (expected "
+                   f"{' or '.join(map(str, SUPPORTED_SCHEMAS))})")
     for key, kind in REQUIRED_MODEL.items():
         if not isinstance(data["model"].get(key), kind):
             raise fail(f"missing or malformed field 'model.{key}'")
-    thresholds = data["thresholds"]
-    if not thresholds:
-        raise fail("no thresholds")
-    for measure, value in thresholds.items():
-        if measure not in MARGIN_MEASURES:
-            raise fail(f"unknown margin measure '{measure}'")
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
-                or not 0 < value <= 1:
-            raise fail(f"threshold for {measure} must be a number in (0, 1], got {value!r}")
+    _check_thresholds(data["thresholds"], "", fail)
     if not math.isfinite(data["temperature"]) or data["temperature"] < 0:
         raise fail("temperature must be >= 0")
+    if "modes" in data:
+        _check_modes(data["modes"], fail)
     return data
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_thresholds(thresholds: object, where: str, fail) -> None:
+    if not isinstance(thresholds, dict) or not thresholds:
+        raise fail(f"no thresholds{where}")
+    for measure, value in thresholds.items():
+        if measure not in MARGIN_MEASURES:
+            raise fail(f"unknown margin measure '{measure}'{where}")
+        if not _is_number(value) or not 0 < value <= 1:
+            raise fail(f"threshold for {measure}{where} must be a number in (0, 1], got {value!r}")
+
+
+def _check_modes(modes: object, fail) -> None:
+    """Each mode: thresholds as at the top level, a temperature that fits its name, and when a
+    sweep is stored, rows with a theta in (0, 1] and a tau."""
+    if not isinstance(modes, dict) or not modes:
+        raise fail("field 'modes' must be a mapping of greedy and/or sampled")
+    for name, block in modes.items():
+        where = f" (mode {name})"
+        if name not in MODES:
+            raise fail(f"unknown mode '{name}' (expected {' or '.join(MODES)})")
+        if not isinstance(block, dict):
+            raise fail(f"mode {name} must be a mapping")
+        _check_thresholds(block.get("thresholds"), where, fail)
+        temperature = block.get("temperature")
+        if not _is_number(temperature) or (temperature == 0) != (name == "greedy") or temperature < 0:
+            raise fail(f"mode {name} needs a temperature {'of 0' if name == 'greedy' else '> 0'}")
+        sweep = block.get("sweep")
+        if sweep is None:
+            continue
+        rows = sweep.get("rows") if isinstance(sweep, dict) else None
+        if not isinstance(rows, list) or not all(
+                isinstance(row, dict) and _is_number(row.get("theta")) and 0 < row["theta"] <= 1
+                and _is_number(row.get("tau")) for row in rows):
+            raise fail(f"the sweep of mode {name} needs rows with a theta in (0, 1] and a tau")
 
 
 def load(path: str | Path) -> Profile:

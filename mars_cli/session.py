@@ -35,8 +35,9 @@ class ResolvedThreshold:
 
 def resolve_threshold(options: DecodingOptions, target: LoadedModel) -> ResolvedThreshold:
     """--threshold wins; then --calibration; then a profile matching the target's fingerprint
-    (user directory, then shipped); then the paper's 0.9. Profiles hold raw-scale thresholds,
-    converted to the sampling temperature in use."""
+    (user directory, then shipped); then the paper's 0.9. From a profile, the thresholds of the
+    mode that matches the temperature (greedy for T = 0, sampled otherwise; the other one with a
+    note when it has only one), held on the raw scale and converted to the temperature in use."""
     verification = options.verification
     if verification.threshold is not None:
         return ResolvedThreshold(verification.threshold, "flag")
@@ -49,11 +50,15 @@ def resolve_threshold(options: DecodingOptions, target: LoadedModel) -> Resolved
         profile = None
     if profile is None:
         return ResolvedThreshold(DEFAULT_THRESHOLD, "default")
+    temperature = options.sampling.temperature
+    choice = profile.mode_for(temperature)  # greedy (T = 0) or sampled thresholds, as decoding visits them
+    if choice.note is not None:
+        calibration_profiles.note_once(choice.note)  # never silently; once, though eval builds many sessions
     measure = verification.margin
-    if measure not in profile.data["thresholds"]:
-        raise UserError(f"profile {profile.path} has no threshold for --margin {measure}")
-    theta = calibration_profiles.threshold_at_temperature(profile.threshold(measure), measure,
-                                                          options.sampling.temperature)
+    if measure not in choice.block["thresholds"]:
+        raise UserError(f"profile {profile.path} has no {choice.name} threshold for --margin {measure}")
+    theta = calibration_profiles.threshold_at_temperature(float(choice.block["thresholds"][measure]), measure,
+                                                          temperature)
     return ResolvedThreshold(theta, str(profile.path))
 
 
