@@ -12,7 +12,9 @@ import typer
 from rich.console import Console
 
 from . import __version__
+from . import calibration_profiles
 from .calibrate import DEFAULT_OBJECTIVE, Calibration, CalibrationRequest, default_destination
+from .calibration_sweep import DEFAULT_LIMIT, DEFAULT_SUITES
 from .errors import UserError, require
 from .flags import DECODING_FLAGS, decoding_flags
 from .options import DecodingOptions
@@ -127,34 +129,67 @@ def _valid_utf8(text: str, what: str) -> str:
 
 
 @app.command()
-@decoding_flags("model", without=("device_map",))
+@decoding_flags("model", "draft", "num_draft", "margin", without=("device_map",),
+                defaults={"draft": "auto", "num_draft": "4"})
 def calibrate(
     *,
-    options: DecodingOptions,  # the model flags, from @decoding_flags
+    options: DecodingOptions,  # the model flags, --draft, --num-draft and --margin (quality=), from @decoding_flags
     prompts: Annotated[Optional[Path], typer.Option(
         "--prompts", help="JSONL prompt set (a 'prompt' field per line); default: the built-in set.")] = None,
     temperature: Annotated[float, typer.Option(
-        "--temperature", help="Sampling temperature for the continuations (recorded in the profile).")] = 1.0,
+        "--temperature", help="Temperature of the sampled mode (recorded in the profile).")] = 1.0,
+    modes: Annotated[str, typer.Option(
+        "--modes", help="Decoding modes to fit: greedy (T = 0), sampled (--temperature) or both.")] = "greedy,sampled",
     samples: Annotated[int, typer.Option("--samples", help="Generated positions used to fit the thresholds.")] = 1500,
     held_out_samples: Annotated[Optional[int], typer.Option(
         "--held-out-samples", help="Positions from held-out prompts for the check (default: a third of --samples).")] = None,
-    max_new_tokens: Annotated[int, typer.Option(
-        "--max-new-tokens", "-n", help="Length of each sampled continuation.")] = 64,
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        "--max-new-tokens", "-n", help="Length of each continuation (default 64; 48 for quality=).")] = None,
     objective: Annotated[str, typer.Option(
-        "--objective", help="rate=R (share of low-margin positions) or loss=L (nats/token bound).")] = DEFAULT_OBJECTIVE,
+        "--objective", help="rate=R (share of low-margin positions), loss=L (nats/token bound) or quality=DROP "
+                            "(most permissive theta whose task metrics stay within a relative DROP of strict).")] = DEFAULT_OBJECTIVE,
+    suite: Annotated[str, typer.Option(
+        "--suite", help="quality=: comma-separated suites with task metrics (math, summarize, translate, code, "
+                        "or a .jsonl file).")] = DEFAULT_SUITES,
+    limit: Annotated[int, typer.Option(
+        "--limit", help="quality=: samples per suite, taken from its end (eval --limit takes the front).")] = DEFAULT_LIMIT,
+    thetas: Annotated[Optional[str], typer.Option(
+        "--thetas", help="quality=: thresholds to sweep, e.g. 0.8,0.9,0.95 (default: five per --margin).")] = None,
+    allow_code_execution: Annotated[bool, typer.Option(
+        "--allow-code-execution", help="quality=: run generated code to score code suites (sandboxed).")] = False,
+    weak_sandbox: Annotated[bool, typer.Option(
+        "--weak-sandbox", help="Accept weaker isolation for generated code where namespaces are unavailable.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Random seed: the same seed gives the same profile.")] = 0,
     out_path: Annotated[Optional[Path], typer.Option(
         "--out", help="Where to write the YAML profile (default: the user profile directory).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", help="Draw the sweep (tau and quality against theta, chosen point marked) to this PNG.")] = None,
+    replot: Annotated[Optional[Path], typer.Option(
+        "--replot", help="Draw the sweep stored in this profile to --plot, without calibrating.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile as JSON instead of a table.")] = False,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue an interrupted calibration with the same options and --out.")] = False,
 ) -> None:
-    """Estimate per-model MARS thresholds from sampled logits and write a YAML profile."""
+    """Fit per-model MARS thresholds per decoding mode (a bound, or measured quality) into a YAML profile."""
+    from .calibration_plot import plot_sweeps
+
+    if replot is not None:
+        require(plot is not None, "--replot PROFILE draws to --plot FILE: give both")
+        _check_writable_file(plot)
+        plot_sweeps(calibration_profiles.load(replot).data, plot)
+        out.print(f"plot written to {plot}")
+        return
     request = CalibrationRequest(out_path or default_destination(options.model.target), prompts=prompts,
                                  temperature=temperature, samples=samples, held_out_samples=held_out_samples,
-                                 max_new_tokens=max_new_tokens, objective=objective, seed=seed, resume=resume)
+                                 max_new_tokens=max_new_tokens, objective=objective, seed=seed, resume=resume,
+                                 modes=modes, suite=suite, limit=limit, thetas=thetas,
+                                 allow_code_execution=allow_code_execution, weak_sandbox=weak_sandbox)
     request.validate()
-    calibration = Calibration(options, request)  # reads the prompts
+    options.drafting.validate()
+    if plot is not None:
+        require(request.quality, "--plot draws a quality= sweep; rate= and loss= fits have none")
+        _check_writable_file(plot)
+    calibration = Calibration(options, request)  # reads the prompts (quality=: the suites)
     _check_writable(request.destination)
     calibration.load()  # the interrupted run's positions (--resume) and the target
     with _progress() as progress:
@@ -162,12 +197,16 @@ def calibrate(
             task = progress.add_task(stage, total=total)
             return lambda n: progress.advance(task, n)
 
-        data, written = calibration.run(_reproduce_command("calibrate"), start_pass)
+        data, written = calibration.run(_reproduce_command("calibrate"), start_pass,
+                                        lambda text: err.print(f"mars: note: {text}", markup=False))
+    if plot is not None:
+        plot_sweeps(data, plot)
     if as_json:
         sys.stdout.write(json.dumps({"profile": str(written), **data}) + "\n")
         return
-    out.print(calibration_table(data))
-    out.print(f"profile written to {written}")
+    for table in calibration_table(data):
+        out.print(table)
+    out.print(f"profile written to {written}" + (f"; plot written to {plot}" if plot is not None else ""))
 
 
 @app.command("train-head")

@@ -34,21 +34,54 @@ def stats_table(stats: dict, config: dict) -> Table:
     return table
 
 
-def calibration_table(profile: dict) -> Table:
-    """What `mars calibrate` found, per margin measure."""
+def calibration_table(profile: dict) -> list[Table]:
+    """What `mars calibrate` found: per mode and margin measure for rate= / loss=; for quality=,
+    each mode's sweep (one row per theta, the chosen one marked) and the loss bound beside it."""
     objective = profile["objective"]
+    modes = profile.get("modes") or {"sampled": profile}
+    if objective["kind"] == "quality":
+        return [_sweep_table(profile, mode, block) for mode, block in modes.items()]
     table = Table(title=f"calibration of {profile['model']['name']} "
-                        f"({profile['samples']} positions, T={profile['temperature']}, "
-                        f"objective {objective['kind']}={objective['value']:g})", title_justify="left")
-    for column in ("measure", "theta", "90% interval", "held-out rate", "held-out loss", "theta=0.9 rate",
-                   "median margin"):
-        table.add_column(column, justify="right" if column != "measure" else "left", no_wrap=column == "measure")
-    for measure, theta in profile["thresholds"].items():
-        low, high = profile["threshold_interval_90"][measure]
-        held = profile["held_out"][measure]
-        paper = profile["at_paper_theta_0.9"][measure]
-        table.add_row(measure, f"{theta:.4f}", f"{low:.4f}-{high:.4f}", f"{held['rate']:.1%}",
-                      f"{held['loss']:.4f}", f"{paper['rate']:.1%}", f"{profile['quantiles'][measure].get('0.5', float('nan')):.4f}")
+                        f"(objective {objective['kind']}={objective['value']:g})", title_justify="left")
+    for column in ("mode", "measure", "theta", "90% interval", "positions", "held-out rate", "held-out loss",
+                   "theta=0.9 rate", "median margin"):
+        table.add_column(column, justify="left" if column in ("mode", "measure") else "right", no_wrap=True)
+    for mode, block in modes.items():
+        label = f"{mode} (T={block['temperature']:g})"
+        for measure, theta in block["thresholds"].items():
+            low, high = block["threshold_interval_90"][measure]
+            held = block["held_out"][measure]
+            paper = block["at_paper_theta_0.9"][measure]
+            median = block["quantiles"][measure].get("0.5", float("nan"))
+            table.add_row(label, measure, f"{theta:.4f}", f"{low:.4f}-{high:.4f}",
+                          str(block.get("positions", profile["samples"])), f"{held['rate']:.1%}",
+                          f"{held['loss']:.4f}", f"{paper['rate']:.1%}", f"{median:.4f}")
+    return [table]
+
+
+def _sweep_table(profile: dict, mode: str, block: dict) -> Table:
+    sweep, bound = block["sweep"], block["loss_bound"]
+    measure = sweep["measure"]
+    chosen = sweep["chosen"]
+    low, high = sweep["chosen_interval_90"]
+    picked = f"theta {chosen:g}" if chosen is not None else "none held quality: theta 1 (strict)"
+    table = Table(title=f"{mode} (T={block['temperature']:g}) sweep of {profile['model']['name']}, {measure}, "
+                        f"drafter {block['drafter']}, {sweep['samples']} samples: {picked} "
+                        f"(90% interval {low:g}-{high:g}); loss bound {bound['objective']['value']:g} would give "
+                        f"{bound['thresholds'][measure]:.4f} (at the chosen theta the bound is "
+                        f"{bound['at_chosen']['loss']:.3f} nats/token)", title_justify="left")
+    metrics = [name for name in sweep["strict"] if name not in ("tau", "relaxed_share")]
+    for column in ("theta", "tau", "relaxed", *metrics):
+        table.add_column(column, justify="right", no_wrap=True)
+    strict = sweep["strict"]
+    table.add_row("strict", f"{strict['tau']:.2f}", "-", *(f"{strict[name]:.3f}" for name in metrics))
+    for row in sorted(sweep["rows"], key=lambda r: r["theta"], reverse=True):
+        cells = []
+        for name in metrics:
+            figure = row["metrics"].get(name)
+            cells.append("-" if figure is None else f"{figure['value']:.3f} ({-figure['drop']:+.1%})")
+        mark = " *" if row["theta"] == chosen else ""
+        table.add_row(f"{row['theta']:g}{mark}", f"{row['tau']:.2f}", f"{row['relaxed_share']:.1%}", *cells)
     return table
 
 

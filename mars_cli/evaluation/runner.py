@@ -162,8 +162,10 @@ def encode_turn(session: Session, sample: Sample, messages: list[dict]) -> list[
     return session.encode(messages[-1]["content"]) if sample.raw else session.encode_messages(messages)
 
 
-def run_sample(session: Session, sample: Sample, repeats: int) -> dict:
-    """Decode every turn of a sample `repeats` times; keep the first outputs, the median wall."""
+def run_sample(session: Session, sample: Sample, repeats: int,
+               observe: Callable[[torch.Tensor], None] | None = None) -> dict:
+    """Decode every turn of a sample `repeats` times; keep the first outputs, the median wall.
+    `observe` sees the target's logits at every emitted position (calibration's sweep records them)."""
     walls, first = [], None
     for _ in range(repeats):
         messages: list[dict] = []
@@ -174,7 +176,7 @@ def run_sample(session: Session, sample: Sample, repeats: int) -> dict:
             ids = encode_turn(session, sample, messages)
             stop = sample.stop or session.options.stop
             settings = dataclasses.replace(session.settings(), stop_strings=stop)
-            result = session.run(ids, settings=settings)
+            result = session.run(ids, observe=observe if first is None else None, settings=settings)
             text = _trim_at_stop_string(result.text, stop)
             turns.append({"text": text, "token_ids": result.token_ids})
             messages.append({"role": "assistant", "content": text})

@@ -1,0 +1,68 @@
+"""`mars calibrate --plot`: the quality sweep a profile stores, drawn so the choice can be checked
+by eye: per mode, tau against theta (strict's as a line) above quality relative to strict (each
+metric with its 90% bootstrap interval, the 1 - DROP line), the chosen theta marked in both."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .errors import UserError
+
+
+def plot_sweeps(profile: dict, path: Path) -> Path:
+    """One column per mode with a stored sweep; a profile without one is a one-line error."""
+    swept = {mode: block for mode, block in (profile.get("modes") or {}).items() if "sweep" in block}
+    if not swept:
+        raise UserError("this profile has no quality sweep to draw (calibrate with --objective quality=DROP)")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, len(swept), figsize=(5.5 * len(swept), 7), squeeze=False, sharex="col")
+    for column, (mode, block) in enumerate(swept.items()):
+        _draw_mode(axes[0][column], axes[1][column], mode, block)
+    figure.suptitle(f"{profile['model']['name']}: quality sweep (objective quality={profile['objective']['value']:g})")
+    figure.tight_layout()
+    try:
+        figure.savefig(path, dpi=110)
+    except OSError as exc:
+        raise UserError(f"cannot write plot {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(figure)
+    return path
+
+
+def _draw_mode(speed, quality, mode: str, block: dict) -> None:
+    sweep = block["sweep"]
+    rows = sorted(sweep["rows"], key=lambda row: row["theta"])
+    thetas = [row["theta"] for row in rows]
+    chosen, drop = sweep["chosen"], block["objective"]["value"]
+    speed.plot(thetas, [row["tau"] for row in rows], "o-", label="MARS")
+    speed.axhline(sweep["strict"]["tau"], color="grey", linestyle="--", label="strict")
+    speed.set_ylabel("tau (tokens per target pass)")
+    speed.set_title(f"{mode} (T={block['temperature']:g}), drafter {block['drafter']}")
+    names = [name for name in sweep["strict"] if name not in ("tau", "relaxed_share")]
+    for name in names:
+        points = [(row["theta"], row["metrics"][name]) for row in rows if name in row["metrics"]]
+        values = [1 - figure["drop"] for _, figure in points]
+        low = [_bar(value - (1 - figure["drop_interval_90"][1])) for value, (_, figure) in zip(values, points)]
+        high = [_bar((1 - figure["drop_interval_90"][0]) - value) for value, (_, figure) in zip(values, points)]
+        quality.errorbar([theta for theta, _ in points], values, yerr=[low, high], marker="o", capsize=3,
+                         label=name)
+    quality.axhline(1 - drop, color="red", linestyle=":", label=f"1 - DROP ({1 - drop:g})")
+    quality.axhline(1, color="grey", linestyle="--", linewidth=0.8)
+    quality.set_ylabel("quality relative to strict")
+    quality.set_xlabel(f"theta ({sweep['measure']})")
+    if chosen is not None:
+        for axis in (speed, quality):
+            axis.axvline(chosen, color="green", alpha=0.6, label=f"chosen {chosen:g}" if axis is quality else None)
+    speed.legend(fontsize=8)
+    quality.legend(fontsize=8)
+
+
+def _bar(length: float) -> float:
+    """An error bar's length: never negative (a percentile interval may miss its point), and 0
+    where a drop is infinite (a metric that strict scored 0)."""
+    return max(0.0, length) if math.isfinite(length) else 0.0
