@@ -185,7 +185,14 @@ def test_calibrate_then_generate_picks_up_the_profile(capsys, tmp_path, monkeypa
                  "--device", "cpu"])
     config = json.loads(capsys.readouterr().out)["config"]
     assert code == 0 and config["threshold_source"] in (str(out), str(again))
-    assert config["threshold"] == pytest.approx(profile.threshold("logit-ratio"))
+    greedy = profile.data["modes"]["greedy"]  # greedy decoding takes the thresholds fitted on greedy paths
+    assert greedy["temperature"] == 0 and greedy["positions"] > 0
+    assert config["threshold"] == pytest.approx(greedy["thresholds"]["logit-ratio"])
+    code = main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "-n", "5", "--json",
+                 "--device", "cpu", "--temperature", "1", "--seed", "1"])
+    config = json.loads(capsys.readouterr().out)["config"]  # sampling: the sampled mode, as at the top level
+    assert code == 0 and config["threshold"] == pytest.approx(profile.threshold("logit-ratio"))
+    assert profile.data["modes"]["sampled"]["thresholds"] == profile.data["thresholds"]
     # an explicit flag wins over the profile
     main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--threshold", "0.5", "-n", "3",
           "--json", "--device", "cpu"])

@@ -1,0 +1,284 @@
+"""Issue 18: thresholds per decoding mode, and the measured-quality objective (quality=DROP):
+sweep selection, bootstrap, mode lookup and its fallback note, profiles with a sweep, old
+profiles, bad input, and a small end-to-end calibration on the tiny models."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import yaml
+
+from mars_cli import calibration_profiles
+from mars_cli import calibration_sweep as sweeping
+from mars_cli.calibrate import to_raw
+from mars_cli.calibration_profiles import Profile, mode_of
+from mars_cli.cli import main
+from mars_cli.errors import UserError
+
+
+# ----------------------------------------------------------------------------- selection
+def test_monotone_table_picks_the_last_theta_within_the_drop():
+    table = {0.97: {"m": 0.0, "lp": 0.001}, 0.94: {"m": 0.005, "lp": 0.01}, 0.90: {"m": 0.019, "lp": 0.015},
+             0.85: {"m": 0.03, "lp": 0.02}, 0.80: {"m": 0.08, "lp": 0.05}}
+    assert sweeping.select(table, 0.02) == 0.90
+    assert sweeping.select(table, 0.05) == 0.85 and sweeping.select(table, 0.1) == 0.80  # all hold: the lowest
+    assert sweeping.select(table, 0.0005) is None  # even the strictest fails
+
+
+def test_noisy_table_never_picks_a_pass_below_a_failure():
+    # 0.90 fails (noise or not); 0.85 and 0.80 happen to pass: they are not chosen
+    table = {0.97: {"m": 0.0}, 0.94: {"m": -0.01}, 0.90: {"m": 0.04}, 0.85: {"m": 0.0}, 0.80: {"m": -0.02}}
+    assert sweeping.select(table, 0.02) == 0.94
+    # one metric failing is enough, whatever the others say
+    table[0.94]["lp"] = 0.5
+    assert sweeping.select(table, 0.02) == 0.97
+
+
+def test_relative_drop_is_a_share_of_strict_and_higher_is_better():
+    assert sweeping.relative_drop(0.5, 0.49) == pytest.approx(0.02)
+    assert sweeping.relative_drop(-0.40, -0.41) == pytest.approx(0.025)  # log-probability: lower is worse
+    assert sweeping.relative_drop(-0.40, -0.38) < 0  # better than strict
+    assert sweeping.relative_drop(0.0, 0.0) == 0.0 and sweeping.relative_drop(0.0, 0.3) == 0.0
+    assert sweeping.relative_drop(0.0, -1.0) == math.inf
+
+
+def record(metric, score, tokens=10, logprob=-4.0, rounds=5, accepted=5, relaxed=0):
+    return {"metric": metric, "id": "x", "tokens": tokens, "logprob": logprob, "rounds": rounds,
+            "accepted": accepted, "relaxed": relaxed, "score": score}
+
+
+def synthetic_run(scores_by_theta, strict_scores):
+    """Records for two suites; each theta's scores per sample, strict's as the reference."""
+    reference = [record("a:m", s) for s in strict_scores]
+    runs = {theta: [record("a:m", s, rounds=4, relaxed=1) for s in scores] for theta, scores in scores_by_theta.items()}
+    return reference, runs
+
+
+def test_summary_pools_tokens_and_averages_each_metric():
+    records = [record("a:m", 1.0, tokens=10, logprob=-5, rounds=5), record("b:n", None, tokens=30, logprob=-3, rounds=10),
+               record("b:n", 0.5, tokens=20, logprob=-2, rounds=5, accepted=10, relaxed=2)]
+    summary = sweeping.summarise(records, range(3))
+    assert summary["tau"] == pytest.approx(60 / 20) and summary["mean_logprob"] == pytest.approx(-10 / 60)
+    assert summary["a:m"] == 1.0 and summary["b:n"] == 0.5  # a sample without a score does not count
+    assert summary["relaxed_share"] == pytest.approx(2 / 20)
+
+
+def test_bootstrap_interval_brackets_the_choice_and_widens_with_noise():
+    steady = {0.9: [1.0] * 12, 0.8: [0.0] * 12}
+    reference, runs = synthetic_run(steady, [1.0] * 12)
+    (low, high), drops = sweeping.bootstrap(reference, runs, 0.05)
+    assert low == high == 0.9 and drops[0.8]["a:m"] == [1.0, 1.0]
+    noisy = {0.9: [1.0] * 10 + [0.0] * 2, 0.8: [1.0] * 11 + [0.0]}  # about a 10% drop at 0.9, 5% at 0.8
+    reference, runs = synthetic_run(noisy, [1.0] * 12)
+    (low, high), drops = sweeping.bootstrap(reference, runs, 0.1)
+    assert low < high and low in (0.8, 0.9, 1.0) and high in (0.8, 0.9, 1.0)
+    assert drops[0.9]["a:m"][0] <= 1 / 6 <= drops[0.9]["a:m"][1]
+
+
+def test_sweep_block_records_the_evidence():
+    reference, runs = synthetic_run({0.95: [1.0] * 4, 0.9: [1.0, 1.0, 1.0, 0.0]}, [1.0] * 4)
+    run = sweeping.ModeRun(reference, runs, [[]] * 4, [[]] * 4)
+    block = sweeping.sweep_block(run, 0.1, "logit-ratio", seed=0)
+    assert block["chosen"] == 0.95 and [row["theta"] for row in block["rows"]] == [0.9, 0.95]
+    row = block["rows"][0]
+    assert row["tau"] == 2.5 and row["relaxed_share"] == 0.2
+    assert row["metrics"]["a:m"]["value"] == 0.75 and row["metrics"]["a:m"]["drop"] == 0.25
+    assert set(row["metrics"]) == {"a:m", "mean_logprob"} and len(row["metrics"]["a:m"]["drop_interval_90"]) == 2
+    assert block["strict"]["tau"] == 2.0
+
+
+@pytest.mark.parametrize("text", ["0.8,1.5", "0,0.5", "a,b", ","])
+def test_bad_thetas_are_refused(text):
+    with pytest.raises(UserError, match="--thetas"):
+        sweeping.parse_thetas(text)
+
+
+def test_prob_ratio_thresholds_go_back_to_the_raw_scale():
+    theta = to_raw(0.5, "prob-ratio", 0.5)
+    assert calibration_profiles.threshold_at_temperature(theta, "prob-ratio", 0.5) == pytest.approx(0.5)
+    assert to_raw(0.9, "logit-ratio", 0.5) == 0.9 and to_raw(0.5, "prob-ratio", 0.0) == 0.5
+
+
+# ----------------------------------------------------------------------------- profiles with modes
+def two_mode_profile(fingerprint: str = "f" * 64, modes=("greedy", "sampled")) -> dict:
+    blocks = {
+        "greedy": {"temperature": 0.0, "thresholds": {"logit-ratio": 0.9}, "objective": {"kind": "quality", "value": 0.02},
+                   "positions": 100,
+                   "sweep": {"measure": "logit-ratio", "samples": 4, "chosen": 0.9, "chosen_interval_90": [0.85, 0.94],
+                             "strict": {"tau": 1.5, "relaxed_share": 0.0, "mean_logprob": -0.4, "math:exact_number": 0.5},
+                             "rows": [{"theta": 0.9, "tau": 1.8, "relaxed_share": 0.12,
+                                       "metrics": {"mean_logprob": {"value": -0.404, "drop": 0.01,
+                                                                    "drop_interval_90": [0.0, 0.02]}}}]}},
+        "sampled": {"temperature": 1.0, "thresholds": {"logit-ratio": 0.95, "prob-ratio": 0.5},
+                    "objective": {"kind": "quality", "value": 0.02}, "positions": 100},
+    }
+    primary = blocks["sampled"] if "sampled" in modes else blocks["greedy"]
+    return {
+        "schema": 2,
+        "model": {"name": "m", "source": "/x", "fingerprint": fingerprint, "vocab_size": 10},
+        "thresholds": dict(primary["thresholds"]),
+        "temperature": primary["temperature"],
+        "objective": {"kind": "quality", "value": 0.02},
+        "samples": 100,
+        "prompt_set": {"name": "math", "sha256": "0" * 64},
+        "quantiles": {},
+        "modes": {mode: blocks[mode] for mode in modes},
+        "tool_version": "0.1.0",
+        "created": "2026-11-29T00:00:00Z",
+        "command": "mars calibrate --objective quality=0.02",
+    }
+
+
+def test_profile_with_modes_and_sweep_round_trips(tmp_path):
+    data = two_mode_profile()
+    path = calibration_profiles.save(copy.deepcopy(data), tmp_path / "p.yaml")
+    loaded = calibration_profiles.load(path)
+    assert loaded.data == data
+    assert loaded.modes()["greedy"]["sweep"]["rows"][0]["metrics"]["mean_logprob"]["drop_interval_90"] == [0.0, 0.02]
+    assert "!!python" not in path.read_text()  # plain safe YAML
+
+
+def test_mode_lookup_follows_the_temperature():
+    profile = Profile(None, two_mode_profile())
+    assert mode_of(0) == "greedy" and mode_of(0.7) == "sampled"
+    greedy, sampled = profile.mode_for(0.0), profile.mode_for(0.7)
+    assert (greedy.name, greedy.note, greedy.block["thresholds"]["logit-ratio"]) == ("greedy", None, 0.9)
+    assert (sampled.name, sampled.note, sampled.block["thresholds"]["logit-ratio"]) == ("sampled", None, 0.95)
+    only_greedy = Profile(None, two_mode_profile(modes=("greedy",)))
+    fallback = only_greedy.mode_for(1.0)
+    assert fallback.name == "greedy" and "no thresholds for sampling" in fallback.note
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["modes"].update({"beam": d["modes"]["greedy"]}), "unknown mode 'beam'"),
+    (lambda d: d["modes"]["greedy"].update({"temperature": 1.0}), "mode greedy needs a temperature of 0"),
+    (lambda d: d["modes"]["sampled"].update({"temperature": 0}), "mode sampled needs a temperature > 0"),
+    (lambda d: d["modes"]["sampled"]["thresholds"].update({"logit-ratio": 1.5}), "(mode sampled) must be a number"),
+    (lambda d: d["modes"]["greedy"]["sweep"]["rows"][0].update({"theta": "high"}), "sweep of mode greedy"),
+    (lambda d: d.update({"modes": []}), "field 'modes'"),
+])
+def test_malformed_modes_are_refused(tmp_path, mutate, message):
+    data = two_mode_profile()
+    mutate(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        calibration_profiles.load(path)
+
+
+@pytest.mark.parametrize("shipped", sorted(calibration_profiles.SHIPPED_DIR.glob("*.yaml")), ids=lambda p: p.name)
+def test_old_profile_files_load_as_sampled_at_their_temperature(shipped):
+    profile = calibration_profiles.load(shipped)
+    assert profile.data["schema"] == 1 and "modes" not in profile.data
+    assert list(profile.modes()) == ["sampled"] and profile.data["temperature"] == 1.0
+    sampled = profile.mode_for(1.0)
+    assert sampled.note is None and sampled.block["thresholds"] == profile.data["thresholds"]
+    greedy = profile.mode_for(0.0)  # no greedy thresholds: the sampled ones, said out loud
+    assert greedy.name == "sampled" and "no thresholds for greedy" in greedy.note
+    assert greedy.block["thresholds"]["logit-ratio"] == profile.threshold("logit-ratio")
+
+
+def test_decoding_falls_back_with_one_note(capsys, tmp_path, tiny_dir, monkeypatch):
+    monkeypatch.setattr(calibration_profiles, "_NOTED", set())
+    path = calibration_profiles.save(two_mode_profile(modes=("greedy",)), tmp_path / "greedy-only.yaml")
+    args = ["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--calibration", str(path), "--force",
+            "-n", "3", "--device", "cpu", "--json"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["config"]["threshold"] == 0.9 and "note" not in captured.err  # greedy: its own
+    assert main([*args, "--temperature", "1", "--seed", "0"]) == 0
+    captured = capsys.readouterr()
+    notes = [line for line in captured.err.splitlines() if "no thresholds for sampling" in line]
+    assert len(notes) == 1 and notes[0].startswith("mars: note: profile ") and str(path) in notes[0]
+    assert json.loads(captured.out)["config"]["threshold"] == 0.9
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("args, expected", [
+    (["--objective", "quality=0"], "(0, 1)"),
+    (["--objective", "quality=1"], "(0, 1)"),
+    (["--objective", "quality=-0.1"], "(0, 1)"),
+    (["--objective", "quality=x"], "quality=DROP"),
+    (["--objective", "quality=0.05", "--suite", "chat"], "suites with them: code, math, summarize, translate"),
+    (["--objective", "quality=0.05", "--suite", "code"], "--allow-code-execution"),
+    (["--objective", "quality=0.05", "--thetas", "0.5,2"], "--thetas"),
+    (["--objective", "quality=0.05", "--limit", "0"], "--limit"),
+    (["--objective", "quality=0.05", "--resume"], "starts afresh"),
+    (["--objective", "quality=0.05", "--draft", "none"], "needs a drafter"),
+    (["--modes", "beam"], "--modes"),
+    (["--temperature", "0"], "--temperature 0"),
+    (["--plot", "x.png"], "--plot draws a quality= sweep"),
+    (["--replot", "p.yaml"], "give both"),
+])
+def test_bad_calibrate_input_is_one_line_and_exit_2(capsys, tmp_path, tiny_dir, args, expected):
+    code = main(["calibrate", "--target", str(tiny_dir), "--device", "cpu", "--out", str(tmp_path / "o.yaml"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert expected in err and "Traceback" not in err
+
+
+def test_a_jsonl_suite_without_metrics_is_refused(capsys, tmp_path, tiny_dir):
+    suite = tmp_path / "plain.jsonl"
+    suite.write_text('{"prompt": "hello"}\n')
+    code = main(["calibrate", "--target", str(tiny_dir), "--device", "cpu", "--objective", "quality=0.05",
+                 "--suite", str(suite), "--out", str(tmp_path / "o.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and "'plain.jsonl'" not in err and "has no task metric" in err and "math" in err
+
+
+def test_replot_of_a_profile_without_a_sweep_is_one_line(capsys, tmp_path):
+    shipped = sorted(calibration_profiles.SHIPPED_DIR.glob("*.yaml"))[0]
+    code = main(["calibrate", "--replot", str(shipped), "--plot", str(tmp_path / "p.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and "no quality sweep" in err and len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- end to end
+def test_quality_calibration_end_to_end(capsys, tmp_path, tiny_dir, tiny_draft_dir, monkeypatch):
+    """Strict's own output is the reference text, so strict scores 1 and any relaxation that
+    changes the text shows as a drop; the chosen theta must be one whose drops are within DROP."""
+    monkeypatch.setattr(calibration_profiles, "_NOTED", set())
+    prompts = ["abc abc", "hello there", "one two three"]
+    suite = tmp_path / "own.jsonl"
+    lines = []
+    for index, prompt in enumerate(prompts):
+        main(["generate", prompt, "--target", str(tiny_dir), "--device", "cpu", "-n", "12", "--json"])
+        text = json.loads(capsys.readouterr().out)["text"]
+        lines.append(json.dumps({"id": f"s{index}", "prompt": prompt, "reference": text or "x"}))
+    suite.write_text("\n".join(lines) + "\n")
+    out, plot = tmp_path / "q.yaml", tmp_path / "q.png"
+    code = main(["calibrate", "--target", str(tiny_dir), "--device", "cpu", "--objective", "quality=0.05",
+                 "--suite", str(suite), "--limit", "3", "--draft", str(tiny_draft_dir), "--thetas", "0.3,0.6,0.95",
+                 "--num-draft", "2", "-n", "12", "--out", str(out), "--plot", str(plot), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    printed = json.loads(captured.out)
+    profile = calibration_profiles.load(out)
+    assert printed["modes"] == json.loads(json.dumps(profile.data["modes"]))
+    assert set(profile.modes()) == {"greedy", "sampled"} and profile.data["objective"] == {"kind": "quality", "value": 0.05}
+    for mode, block in profile.modes().items():
+        sweep = block["sweep"]
+        assert [row["theta"] for row in sweep["rows"]] == [0.3, 0.6, 0.95] and sweep["samples"] == 3
+        assert sweep["strict"]["own:rouge_l"] == (1.0 if mode == "greedy" else sweep["strict"]["own:rouge_l"])
+        held = [row["theta"] for row in sweep["rows"]
+                if all(figure["drop"] <= 0.05 for figure in row["metrics"].values())]
+        chosen = sweep["chosen"]
+        assert chosen is None or chosen in held
+        assert block["thresholds"]["logit-ratio"] == (chosen if chosen is not None else 1.0)
+        assert block["loss_bound"]["objective"] == {"kind": "loss", "value": 0.05}
+        assert set(block["loss_bound"]["thresholds"]) == {"logit-ratio", "prob-ratio"} and block["positions"] > 0
+        assert block["drafter"] == str(tiny_draft_dir)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the stored sweep draws again from the profile alone
+    again = tmp_path / "again.png"
+    assert main(["calibrate", "--replot", str(out), "--plot", str(again)]) == 0
+    assert again.read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+    # greedy decoding picks the greedy mode's threshold from the profile
+    code = main(["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--calibration", str(out),
+                 "-n", "3", "--device", "cpu", "--json"])
+    config = json.loads(capsys.readouterr().out)["config"]
+    assert code == 0 and config["threshold"] == profile.modes()["greedy"]["thresholds"]["logit-ratio"]
