@@ -488,20 +488,14 @@ class Calibration:
         return data, written
 
     def _bound_modes(self, start_pass: StartPass) -> dict[str, dict]:
-        """rate= / loss=: the greedy paths of the prompts, then the sampling passes (checkpointed
-        to the partial file after every continuation)."""
+        """rate= / loss=: the sampling passes (checkpointed to the partial file after every
+        continuation, so they come first), then the greedy paths of the prompts (deterministic:
+        a resumed run simply decodes them again)."""
         from .session import Session
 
         request, partial, signature = self.request, self.request.partial, self.signature
         fit_ids, held_ids = split_prompts(len(self.prompts))
         modes = {}
-        if "greedy" in request.mode_list:
-            greedy = Session(self.options.replace(temperature=0.0), target=self.session.target)
-            fit_sample = collect_greedy(greedy, self.prompts, fit_ids, request.samples,
-                                        start_pass("greedy paths (fit)", request.samples))
-            held_sample = collect_greedy(greedy, self.prompts, held_ids, request.held,
-                                         start_pass("greedy paths (held out)", request.held))
-            modes["greedy"] = fit_block(fit_sample, held_sample, request.goal, 0.0, request.seed)
         if "sampled" in request.mode_list:
             self.fit_sample = collect(self.session, self.prompts, fit_ids, request.samples, request.seed,
                                       start_pass("sampling (fit)", request.samples), self.fit_sample,
@@ -511,6 +505,13 @@ class Calibration:
                                        lambda s: save_partial(partial, signature, self.fit_sample, s))
             modes["sampled"] = fit_block(self.fit_sample, self.held_sample, request.goal, request.temperature,
                                          request.seed)
+        if "greedy" in request.mode_list:
+            greedy = Session(self.options.replace(temperature=0.0), target=self.session.target)
+            fit_sample = collect_greedy(greedy, self.prompts, fit_ids, request.samples,
+                                        start_pass("greedy paths (fit)", request.samples))
+            held_sample = collect_greedy(greedy, self.prompts, held_ids, request.held,
+                                         start_pass("greedy paths (held out)", request.held))
+            modes["greedy"] = fit_block(fit_sample, held_sample, request.goal, 0.0, request.seed)
         return modes
 
     def _quality_modes(self, start_pass: StartPass, note: Callable[[str], None]) -> dict[str, dict]:
