@@ -65,8 +65,9 @@ def test_mars_accepts_more_per_round_than_strict(smollm2):
 def test_shipped_head_matches_the_embedded_model_and_drafts_well(smollm2):
     """The shipped head is found by fingerprint and its drafts are accepted far more often than
     chance: a guard against shipping a head trained for other weights or broken by a refactor."""
-    session = Session(DecodingOptions.of(draft="head", max_new_tokens=60), target=smollm2)
-    assert session.config()["drafter"] == "head" and session.config()["draft_head"].endswith("smollm2-135m.safetensors")
+    # a fixed k: --num-draft auto may choose not to draft where drafting does not pay
+    session = Session(DecodingOptions.of(draft="head", num_draft=4, max_new_tokens=60), target=smollm2)
+    assert session.config()["drafter"] == "head" and "smollm2-135m" in session.config()["draft_head"]
     rounds = tokens = 0
     for prompt in PROMPTS:
         stats = session.run(prompt).stats

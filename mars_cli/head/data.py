@@ -38,6 +38,7 @@ class Sequence:
     index: int
     prompt_ids: list[int]
     output_ids: list[int]
+    mode: str = "greedy"  # how the target answered: "greedy" or "sampled"
 
     @property
     def ids(self) -> list[int]:
@@ -82,7 +83,8 @@ def read_generations(path: Path) -> dict[int, Sequence]:
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             record = json.loads(line)
-            done[record["index"]] = Sequence(record["index"], record["prompt_ids"], record["output_ids"])
+            done[record["index"]] = Sequence(record["index"], record["prompt_ids"], record["output_ids"],
+                                             record.get("mode", "greedy"))
         except (ValueError, KeyError, TypeError):
             continue  # a line torn by a kill; that prompt is generated again
     return done
@@ -151,7 +153,7 @@ def generate(target: LoadedModel, prompts: list[str], out_file: Path, answering:
             )
             for row, index in enumerate(batch):
                 answer = _cut_at_eos(output[row, ids.shape[1]:].tolist(), eos, pad)
-                done[index] = Sequence(index, encoded[index], answer)
+                done[index] = Sequence(index, encoded[index], answer, "sampled" if sampled else "greedy")
                 stream.write(json.dumps({"index": index, "mode": "sampled" if sampled else "greedy",
                                          "prompt_ids": encoded[index], "output_ids": answer}) + "\n")
             stream.flush()

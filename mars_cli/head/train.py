@@ -263,7 +263,10 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
         for parameter in head.parameters():
             parameter.copy_(parameter.half().float())
     head.eval()
-    held = held_out_acceptance(head, held_set, features, settings.num_draft, settings.max_length)
+    # scored against greedy answers only: a sampled answer's tokens are not the target's argmax,
+    # so chains drafted along it measure the sampling, not what strict greedy decoding accepts
+    greedy_held = [s for s in held_set if s.mode == "greedy"] or held_set
+    held = held_out_acceptance(head, greedy_held, features, settings.num_draft, settings.max_length)
     return head, held, losses
 
 
