@@ -10,6 +10,7 @@ with it. Where the system cannot build that isolation, code runs only with --wea
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -48,10 +49,9 @@ def _reachable() -> list[str]:
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    """SIGKILL the program's whole process group; a group already gone needs nothing."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_program(source: str, timeout: float = 10.0, strict: bool = True) -> Outcome:

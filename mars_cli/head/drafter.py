@@ -39,8 +39,8 @@ def head_fingerprint(path: Path) -> str | None:
                 fields = config_fields(handle.metadata())
             return None if fields is None else fields.get("target_fingerprint")
     except (OSError, SafetensorError, ValueError, AttributeError):
-        pass  # unreadable: skipped, as a stray file in a profile folder is
-    return None
+        return None  # unreadable: skipped, as a stray file in a profile folder is
+    return None  # neither a head directory nor a .safetensors file
 
 
 def find_head(target: LoadedModel) -> Path | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -121,7 +122,7 @@ class HeadCache:
             self.values = self.values[:, :length]
 
 
-class PairHead(nn.Module):
+class PairHead(nn.Module, ABC):
     """What every feature-reading draft head shares; see the module docstring."""
 
     vocab_ids: torch.Tensor  # [rows of logits()] -> target token id
@@ -131,33 +132,35 @@ class PairHead(nn.Module):
     num_kv_heads: int
 
     @property
+    @abstractmethod
     def feature_width(self) -> int:
         """Width of the target features a pair reads (the concatenation of `feature_layers`)."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def target_vocab_size(self) -> int:
-        raise NotImplementedError
+        """Size of the target's vocabulary (sampling scatters the head's rows into it)."""
 
     @property
+    @abstractmethod
     def target_name(self) -> str:
         """The target it was made for, as recorded (empty when it records none)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def feature_layers_for(self, target_model: nn.Module) -> tuple[int, ...]:
         """Which entries of the target's `hidden_states` it reads (see target.select_features)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def logits(self, state: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """Scores of a state over the head's rows (`vocab_ids` maps each to a target token)."""
 
+    @abstractmethod
     def _project(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor):
         """Pairs -> (residual stream, q [.., heads, T, d], k, v [.., kv heads, T, d]), RoPE applied."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """Residual stream and attention output [..., heads, T, d] -> the state fed back [..., T, h]."""
-        raise NotImplementedError
 
     def _expand_kv(self, keys: torch.Tensor) -> torch.Tensor:
         """Grouped-query attention: repeat each key/value head for the query heads that share it."""
