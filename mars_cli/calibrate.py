@@ -526,8 +526,9 @@ class Calibration:
         total = sum(len(suite.samples) for suite in self.suites) * (len(self.thetas) + 1)
         for mode in request.mode_list:
             temperature = 0.0 if mode == "greedy" else request.temperature
-            options = self.base.replace(draft=drafter, verify="mars", threshold=self.thetas[0], margin=self.measure,
-                                        temperature=temperature, seed=request.seed, max_new_tokens=request.length)
+            # a chain (--draft-topk 1): the sweep must not depend on this machine's tree shape
+            options = self.base.replace(draft=drafter, draft_topk=1, verify="mars", threshold=self.thetas[0],
+                                        margin=self.measure, temperature=temperature, seed=request.seed, max_new_tokens=request.length)
             session = Session(options, target=target, draft_model=draft_model)
             draft_model = session.draft_model
             run = sweeping.run_mode(session, self.suites, self.thetas, self.measure, request.allow_code_execution,

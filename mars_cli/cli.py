@@ -50,7 +50,7 @@ def root(
 
 
 @app.command()
-@decoding_flags(*DECODING_FLAGS, "stop", "raw")
+@decoding_flags(*DECODING_FLAGS, "stop", "raw", defaults={"draft": "auto"})
 def generate(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or nothing reads stdin.")] = None,
     *,
@@ -351,9 +351,13 @@ def eval_command(
                               "humaneval, a .jsonl file, or hf:NAME[:CONFIG][:SPLIT].")] = "chat",
     methods: Annotated[str, typer.Option(
         "--methods", help="Comma-separated methods: vanilla, strict, mars (vanilla is always added); "
-                          "RULE:DRAFTER overrides --draft for one method, e.g. strict:ngram,mars:head.")] = "vanilla,strict,mars",
+                          "RULE:DRAFTER overrides --draft for one method, e.g. strict:ngram,mars:head; +SHAPE fixes "
+                          "its draft tree, e.g. strict:head+4x16 (1: a chain).")] = "vanilla,strict,mars",
     sweep: Annotated[Optional[str], typer.Option(
         "--sweep", help="Also run MARS at each threshold START:STOP:STEP, e.g. 0.80:0.98:0.02.")] = None,
+    sweep_tree: Annotated[Optional[str], typer.Option(
+        "--sweep-tree", help="Also run every method at each draft-tree shape TOPKxTOKENS (1: a chain), "
+                             "e.g. 1,4x8,4x16,8x32.")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Use only the first N samples of each suite.")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per sample and method (median wall).")] = 1,
     *,
@@ -384,7 +388,8 @@ def eval_command(
     require(limit is None or limit >= 1, f"--limit must be at least 1, got {limit}")
     gates = Gates(min_speedup, max_quality_drop)
     gates.validate()
-    method_list = ev.parse_methods(methods, ev.parse_sweep(sweep) if sweep else [])
+    method_list = ev.parse_methods(methods, ev.parse_sweep(sweep) if sweep else [],
+                                   ev.parse_tree_sweep(sweep_tree) if sweep_tree else None)
     specs, suites = load_suites(suite, limit, allow_code_execution)
     strict_sandbox = True
     if allow_code_execution and any(s.needs_execution for s in suites):

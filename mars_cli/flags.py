@@ -46,8 +46,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
           help=f"Target model: embedded name ({', '.join(EMBEDDED)}), Hugging Face repo id, model directory "
                "or .gguf file."),
     _flag("draft", str, "none", "--draft", "-d", rich_help_panel=DECODING,
-          help="Drafter: 'none' (plain decoding), 'ngram' (prompt lookup), 'head' (the trained draft head for the "
-               "target; head:FILE for another) or a model spec sharing the target's vocabulary."),
+          help="Drafter: 'auto' (the target's draft head when it has one, else prompt lookup), 'none' (plain "
+               "decoding), 'ngram' (prompt lookup), 'head' (the trained draft head for the target; head:DIR for "
+               "another) or a model spec sharing the target's vocabulary."),
     _flag("verify", str, "strict", "--verify", rich_help_panel=DECODING,
           help="Verification rule: 'strict' (lossless) or 'mars' (accept a drafted runner-up at low-margin "
                "positions)."),
@@ -65,6 +66,12 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     _flag("num_draft", str, DEFAULT_NUM_DRAFT, "--num-draft", "-k", rich_help_panel=DECODING,
           help="Tokens drafted per round, or 'auto': each round the length with the most expected tokens "
                "per second, from the target's measured forward cost by width and the drafter's acceptance."),
+    _flag("draft_topk", str, "auto", "--draft-topk", rich_help_panel=DECODING,
+          help="Children per node of a draft tree (1: a chain), or 'auto': from the target's measured forward "
+               "cost by width. A tree is verified in one target pass."),
+    _flag("draft_tokens", str, "auto", "--draft-tokens", rich_help_panel=DECODING,
+          help="Nodes per draft tree (the verification width less one), or 'auto': as many as the forward "
+               "takes at little extra cost."),
     _flag("head_confidence", float, DEFAULT_HEAD_CONFIDENCE, "--head-confidence", rich_help_panel=DECODING,
           help="Draft head only: end a round's drafts once the head's own probability that all of them are "
                "accepted falls below this (0 always drafts --num-draft)."),
@@ -99,7 +106,7 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
 # a command asks for that is not a group is a single flag.
 GROUPS: dict[str, tuple[str, ...]] = {
     "model": ("target", "device", "dtype", "compile", "device_map", "trust_remote_code", "allow_pickle"),
-    "drafting": ("draft", "num_draft", "head_confidence"),
+    "drafting": ("draft", "num_draft", "draft_topk", "draft_tokens", "head_confidence"),
     "verification": ("verify", "threshold", "margin", "calibration", "profile_alias", "force"),
     "sampling": ("temperature", "top_p", "top_k", "seed"),
 }

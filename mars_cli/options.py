@@ -26,6 +26,8 @@ AUTO = "auto"
 DEFAULT_NUM_DRAFT = AUTO  # the cost model picks each round's length (decoding/cost.py)
 AUTO_MAX_DRAFT = 8  # the longest draft `auto` considers: verification widths up to 9
 DEFAULT_HEAD_CONFIDENCE = 0.1  # from the held-out cost model in docs/head.md
+MAX_DRAFT_TOPK = 16
+MAX_DRAFT_TOKENS = 64  # tree nodes a round: verification widths up to 65
 
 
 @dataclass(frozen=True)
@@ -60,12 +62,16 @@ class DraftOptions:
     draft: str = "none"
     num_draft: int | str = DEFAULT_NUM_DRAFT  # a fixed length, or "auto"
     head_confidence: float = DEFAULT_HEAD_CONFIDENCE  # draft head: stop drafting below this
+    draft_topk: int | str = AUTO  # children per tree node (1: a chain), or "auto" (decoding/cost.py)
+    draft_tokens: int | str = AUTO  # nodes per tree, or "auto"
     ngram_max: int = 3
     ngram_min: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_draft, str) and self.num_draft.strip().lstrip("-").isdigit():
-            object.__setattr__(self, "num_draft", int(self.num_draft))  # "4" from the command line
+        for name in ("num_draft", "draft_topk", "draft_tokens"):  # "4" from the command line
+            value = getattr(self, name)
+            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                object.__setattr__(self, name, int(value))
 
     @property
     def adaptive(self) -> bool:
@@ -82,6 +88,11 @@ class DraftOptions:
                 f"--num-draft must be 'auto' or between 1 and {MAX_NUM_DRAFT}, got {self.num_draft}")
         require(math.isfinite(self.head_confidence) and 0 <= self.head_confidence < 1,
                 f"--head-confidence must be in [0, 1), got {self.head_confidence}")
+        require(self.draft_topk == AUTO or (isinstance(self.draft_topk, int) and 1 <= self.draft_topk <= MAX_DRAFT_TOPK),
+                f"--draft-topk must be 'auto' or between 1 and {MAX_DRAFT_TOPK}, got {self.draft_topk}")
+        require(self.draft_tokens == AUTO
+                or (isinstance(self.draft_tokens, int) and 1 <= self.draft_tokens <= MAX_DRAFT_TOKENS),
+                f"--draft-tokens must be 'auto' or between 1 and {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ def stats_table(stats: dict, config: dict) -> Table:
     if stats["drafted"]:
         table.add_row("accepted / drafted", f"{stats['accepted']} / {stats['drafted']} ({stats['acceptance_rate']:.1%})")
         per_position = " ".join(f"{rate:.2f}" for rate in stats["per_position_acceptance"])
-        table.add_row("acceptance by position", per_position)
+        table.add_row("acceptance by depth", per_position)
+    if stats.get("tree"):
+        table.add_row("draft tree", _tree_line(stats["tree"], config))
     if rule.startswith("mars"):
         table.add_row("relaxed accepts", str(stats["relaxed"]))
         table.add_row("low-margin share", f"{stats['low_margin_share']:.1%}")
@@ -32,6 +34,11 @@ def stats_table(stats: dict, config: dict) -> Table:
     table.add_row("time split", ", ".join(f"{k} {v / total:.0%}" for k, v in split.items() if v > 0))
     table.add_row("finish", stats["finish_reason"])
     return table
+
+
+def _tree_line(tree: dict, config: dict) -> str:
+    return (f"top-{config['tree_topk']}, up to {config['tree_tokens']} nodes: {tree['mean_nodes']:.1f} nodes and "
+            f"depth up to {tree['max_depth']} over {tree['rounds']} rounds")
 
 
 def calibration_table(profile: dict) -> list[Table]:
@@ -104,6 +111,8 @@ def profile_tables(report: dict) -> list[Table | str]:
     head.add_row("tokens/s", f"{stats['tokens_per_s']:.2f}  ({stats['new_tokens']} tokens in {stats['wall_s']:.2f} s)")
     head.add_row("tau / acceptance", f"{stats['mean_accepted']:.2f} / {stats['acceptance_rate']:.1%}"
                  + (f"  relaxed {stats['relaxed']}" if config["verify"] == "mars" else ""))
+    if stats.get("tree"):
+        head.add_row("draft tree", _tree_line(stats["tree"], config))
     memory = report["memory"]
     head.add_row("peak memory", "  ".join(f"{k.removeprefix('peak_').removesuffix('_mb')} {v:.0f} MB" for k, v in memory.items()))
     if "instrumentation" in report:
@@ -125,7 +134,8 @@ def profile_tables(report: dict) -> list[Table | str]:
 
     histogram = report["accepted_length_histogram"]
     if stats["drafted"]:
-        accept = Table(title="accepted drafts per round, and acceptance per draft position", title_justify="left")
+        accept = Table(title="accepted drafts per round, and acceptance per draft position (a tree's depth)",
+                       title_justify="left")
         accept.add_column("n")
         accept.add_column("rounds", justify="right")
         accept.add_column("")

@@ -93,24 +93,48 @@ class Session:
         self.draft_model: LoadedModel | None = draft_model
         compiled = self._compiled = resolve_compile(options.model.compile, self.target)
         self.drafter = self._build_drafter()
+        drafting = options.drafting
+        grows_trees = isinstance(self.drafter, (HeadDrafter, NgramDrafter))
         # the static cache's room after the prompt: the token budget and the widest padded round
-        headroom = options.max_new_tokens + options.drafting.max_draft + 2
+        widest = max(drafting.max_draft, cost.MAX_TREE_TOKENS if grows_trees else 0)
         self.scorer = TargetScorer(self.target, self.drafter.feature_layers, static_cache=compiled, compile=compiled,
-                                   headroom=headroom, fallback=options.model.compile == "auto")
+                                   headroom=options.max_new_tokens + widest + 2, fallback=options.model.compile == "auto")
+        self.tree = self._tree_shape() if grows_trees else cost.TreeShape(1, 0)
+        if grows_trees:
+            self.drafter.tree_topk, self.drafter.tree_tokens = self.tree.topk, self.tree.tokens
+        elif drafting.draft_topk not in (1, "auto"):
+            print(f"mars: note: the {self.drafter.name} drafter proposes chains only; --draft-topk "
+                  f"{drafting.draft_topk} is ignored", file=sys.stderr)
+
+    def _tree_shape(self) -> cost.TreeShape:
+        """--draft-topk / --draft-tokens, `auto` ones from the target's measured cost curve."""
+        drafting = self.options.drafting
+        topk, tokens = drafting.draft_topk, drafting.draft_tokens
+        if topk == 1:
+            return cost.TreeShape(1, 0)
+        if "auto" in (topk, tokens):
+            curve = cost.curve_for(self.scorer, note=lambda text: print(f"mars: {text}", file=sys.stderr))
+            chosen = cost.tree_shape(curve, self.drafter.name)
+            topk = chosen.topk if topk == "auto" else topk
+            tokens = chosen.tokens if tokens == "auto" else tokens
+        if topk == 1:
+            return cost.TreeShape(1, 0)
+        room = self.scorer.max_length - 1
+        require(tokens < room, f"--draft-tokens {tokens}: a tree that wide does not fit the model's context "
+                               f"({room + 1} positions)")
+        return cost.TreeShape(int(topk), int(tokens))
 
     def _build_drafter(self) -> Drafter:
         drafting, sampling = self.options.drafting, self.options.sampling
         spec = drafting.draft
         if spec == "none":
             return NoDrafter(self.target.device)
+        seed = None if sampling.seed is None else sampling.seed + 1
+        if spec == "auto":  # the target's draft head when it has one, prompt lookup otherwise
+            found = find_head(self.target)
+            spec = "ngram" if found is None else f"head:{found}"
         if spec == "ngram":
             return NgramDrafter(self.target.device, drafting.ngram_max, drafting.ngram_min)
-        seed = None if sampling.seed is None else sampling.seed + 1
-        if spec == "auto":  # the target's draft head when it has one, plain decoding otherwise
-            found = find_head(self.target)
-            if found is None:
-                return NoDrafter(self.target.device)
-            spec = f"head:{found}"
         if spec == "head" or spec.startswith("head:"):
             head = load_head(spec, self.target, self.options.model.allow_pickle)
             return HeadDrafter(head, self.target, sampling.params, make_generator(self.target.output_device, seed),
@@ -142,7 +166,9 @@ class Session:
         drafting = self.options.drafting
         # a compiled scorer has one graph per width: `auto` then drafts cost.COMPILED_DRAFT tokens or none
         most = cost.COMPILED_DRAFT if drafting.adaptive and self.scorer.compiled else drafting.max_draft
-        return DecodeSettings(self.options.max_new_tokens, most, self.options.stop, adaptive_draft=drafting.adaptive)
+        depth = most if self.tree.topk == 1 or not drafting.adaptive else cost.TREE_DEPTH
+        return DecodeSettings(self.options.max_new_tokens, depth, self.options.stop, adaptive_draft=drafting.adaptive,
+                              tree_tokens=self.tree.tokens)
 
     def draft_length(self) -> AdaptiveDraftLength | None:
         """`--num-draft auto`: the per-round length chooser, built on first use from the target's
@@ -152,7 +178,11 @@ class Session:
             return None
         if self._draft_length is None:
             curve = cost.curve_for(self.scorer, note=lambda text: print(f"mars: {text}", file=sys.stderr))
-            if self.scorer.compiled:
+            if self.tree.topk > 1:  # a tree's width is fixed; auto picks its depth (or no drafting)
+                width = self.tree.tokens + 1
+                lengths = (cost.TREE_DEPTH,) if self.scorer.compiled else None
+                self._draft_length = AdaptiveDraftLength(curve, cost.TREE_DEPTH, lengths, width=lambda k: width)
+            elif self.scorer.compiled:
                 self._draft_length = AdaptiveDraftLength(curve, cost.COMPILED_DRAFT, lengths=(cost.COMPILED_DRAFT,))
             else:
                 self._draft_length = AdaptiveDraftLength(curve, self.options.drafting.max_draft)
@@ -193,6 +223,8 @@ class Session:
             threshold_source=self.threshold.source,
             target_source=self.target.source,
             drafter=self.drafter.name,
+            tree_topk=self.tree.topk,
+            tree_tokens=self.tree.tokens,
             draft_head=getattr(getattr(self.drafter, "head", None), "source", None),
             device=str(self.target.device),
             dtype=str(self.target.dtype).replace("torch.", ""),

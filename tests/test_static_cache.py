@@ -104,9 +104,9 @@ def test_compiled_scorer_feeds_only_widths_it_has_compiled(tiny_target, monkeypa
     fed: list[int] = []
     original = StaticKVCache.call
 
-    def spy(self, function, input_ids):
+    def spy(self, function, input_ids, layout=None):
         fed.append(input_ids.shape[1])
-        return original(self, function, input_ids)
+        return original(self, function, input_ids, layout)
 
     monkeypatch.setattr(StaticKVCache, "call", spy)
     prompt = [5, 9, 14, 20, 5, 9, 14]
@@ -120,8 +120,9 @@ def test_compiled_scorer_feeds_only_widths_it_has_compiled(tiny_target, monkeypa
 def eager_step(model):
     keyword = kv._cache_keyword(type(model))
 
-    def forward(cache, input_ids, position_ids):
-        output = model(input_ids=input_ids, position_ids=position_ids, use_cache=True, **{keyword: cache})
+    def forward(cache, input_ids, position_ids, attention_mask=None):
+        output = model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, use_cache=True,
+                       **{keyword: cache})
         return output.logits, None
 
     return forward

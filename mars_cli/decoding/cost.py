@@ -27,8 +27,8 @@ from ..paths import cache_dir, write_atomic
 if TYPE_CHECKING:
     from .target import TargetScorer
 
-SCHEMA = 1
-DEFAULT_WIDTHS = tuple(range(1, 17))
+SCHEMA = 2  # 2: widths up to 65 (draft trees)
+DEFAULT_WIDTHS = (*range(1, 17), 25, 33, 49, 65)
 # A compiled scorer has one graph per width, each a compile (about 30 s cold on a GPU, 45 s on this
 # project's CPU): with `--num-draft auto` it drafts this many tokens or none, so widths 1 and 5 only.
 COMPILED_DRAFT = 4
@@ -64,6 +64,33 @@ class CostCurve:
                            "ms_by_width": {str(w): ms for w, ms in sorted(self.ms_by_width.items())}}, indent=1)
 
 
+@dataclass(frozen=True)
+class TreeShape:
+    """Children per node (1: a chain) and nodes per tree (0 for a chain)."""
+
+    topk: int
+    tokens: int
+
+
+MAX_TREE_TOKENS = 64
+TREE_DEPTH = 6  # `--num-draft auto` with a tree: levels searched (auto may still choose fewer, or none)
+TREE_SIZES = (8, 16, 24, 32, 48, 64)
+TREE_COST_RATIO = 1.25  # a tree may make the verification forward this much dearer than a plain step
+TREE_TOPK = 4
+
+
+def tree_shape(curve: CostCurve, drafter: str) -> TreeShape:
+    """`--draft-topk auto` / `--draft-tokens auto`: the widest tree whose verification forward
+    costs at most TREE_COST_RATIO times a plain step on this device and dtype (measured), with
+    TREE_TOPK children per node; a chain where even 8 nodes cost more (float32 on a CPU, where
+    width is dear). The ratio and sizes come from the benchmark in docs/benchmarks.md."""
+    plain = curve.cost(1)
+    affordable = [n for n in TREE_SIZES if curve.cost(n + 1) <= TREE_COST_RATIO * plain]
+    if not affordable:
+        return TreeShape(1, 0)
+    return TreeShape(TREE_TOPK, max(affordable))
+
+
 def expected_tokens(acceptance: Sequence[float], k: int) -> float:
     """Tokens one round emits on average with k drafts, given the chance that each draft
     position is accepted when all before it were (`acceptance[i]` for position i; positions past
@@ -77,12 +104,15 @@ def expected_tokens(acceptance: Sequence[float], k: int) -> float:
 
 
 def best_draft_length(curve: CostCurve, acceptance: Sequence[float], draft_ms: float, max_k: int,
-                      min_k: int = 1, lengths: Sequence[int] | None = None) -> int:
+                      min_k: int = 1, lengths: Sequence[int] | None = None,
+                      width: Callable[[int], int] | None = None) -> int:
     """The k in [min_k, max_k] (and in `lengths`, when given) with the most expected tokens per
-    millisecond: a round costs one forward of width k + 1 plus k drafting steps of `draft_ms`
-    each. k = 0, plain decoding (one forward of width 1, no drafting), is allowed when min_k is 0."""
+    millisecond: a round costs one forward of width k + 1 (or `width(k)`: a tree's is fixed) plus
+    k drafting steps of `draft_ms` each. k = 0, plain decoding (one forward of width 1, no
+    drafting), is allowed when min_k is 0."""
     def rate(k: int) -> float:
-        return expected_tokens(acceptance, k) / (curve.cost(k + 1) + k * draft_ms)
+        fed = 1 if k == 0 else (k + 1 if width is None else width(k))
+        return expected_tokens(acceptance, k) / (curve.cost(fed) + k * draft_ms)
 
     candidates = [k for k in range(min_k, max_k + 1) if lengths is None or k == 0 or k in lengths] or [min_k]
     return max(candidates, key=lambda k: (rate(k), -k))
@@ -211,8 +241,10 @@ class AdaptiveDraftLength:
     PRIOR_WEIGHT = 2.0
     PROBE_EVERY = 16
 
-    def __init__(self, curve: CostCurve, max_k: int, lengths: Sequence[int] | None = None) -> None:
+    def __init__(self, curve: CostCurve, max_k: int, lengths: Sequence[int] | None = None,
+                 width: Callable[[int], int] | None = None) -> None:
         self.curve = curve
+        self.width = width  # the forward's width for k drafts, when not k + 1 (a tree's)
         self.max_k = max_k
         self.lengths = None if lengths is None else sorted({0, *lengths})
         self.examined = [0] * max_k  # rounds whose draft position i was looked at
@@ -232,19 +264,21 @@ class AdaptiveDraftLength:
             return 0
         draft_ms = 1000 * self.draft_s / self.drafted if self.drafted else 0.0
         top = min(room, self.max_k)
-        best = best_draft_length(self.curve, self.acceptance(), draft_ms, top, 0, self.lengths)
+        best = best_draft_length(self.curve, self.acceptance(), draft_ms, top, 0, self.lengths, self.width)
         if best == 0:
             self.rounds_without_draft += 1
             if self.rounds_without_draft % self.PROBE_EVERY == 0:  # probe: keep measuring the drafter
-                return best_draft_length(self.curve, self.acceptance(), draft_ms, top, 1, self.lengths)
+                return best_draft_length(self.curve, self.acceptance(), draft_ms, top, 1, self.lengths, self.width)
         return best
 
-    def observe(self, drafted: int, accepted: int, draft_s: float) -> None:
-        """One round's outcome: `drafted` proposed, the first `accepted` of them stood."""
+    def observe(self, drafted: int, accepted: int, draft_s: float | None) -> None:
+        """One round's outcome: `drafted` proposed (a tree's depth), the first `accepted` of them
+        stood. `draft_s` None: the round's drafting time says nothing about drafting (the first
+        round of a sequence, when a head reads the whole prompt's features)."""
         for position in range(min(drafted, accepted + 1, self.max_k)):
             self.examined[position] += 1
             if position < accepted:
                 self.accepted[position] += 1
-        if drafted:
+        if drafted and draft_s is not None:
             self.draft_s += draft_s
             self.drafted += drafted

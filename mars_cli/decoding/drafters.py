@@ -19,13 +19,15 @@ from ..errors import UserError
 from ..models import LoadedModel
 from .kv import KVCache
 from .target import FeatureLayers
+from .tree import DraftTree, tree_from_paths
 from .sampling import SamplingParams, probabilities, process_logits, sample
 
 
 @dataclass
 class Draft:
-    tokens: torch.Tensor  # [k'] long, on the target's device
-    probs: torch.Tensor | None = None  # [k', V]: the drafter's q, None for one-hot drafters
+    tokens: torch.Tensor  # [k'] long, on the target's device (a tree's nodes, in its order)
+    probs: torch.Tensor | None = None  # [k', V]: the drafter's q, None for one-hot drafters (and trees)
+    tree: DraftTree | None = None  # the shape when the drafts are a tree; None: a chain
 
     @classmethod
     def empty(cls, device: torch.device) -> "Draft":
@@ -74,27 +76,43 @@ class NgramDrafter(Drafter):
 
     name = "ngram"
 
-    def __init__(self, device: torch.device, max_ngram: int = 3, min_ngram: int = 1) -> None:
+    def __init__(self, device: torch.device, max_ngram: int = 3, min_ngram: int = 1, tree_topk: int = 1,
+                 tree_tokens: int = 0) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise UserError(f"n-gram sizes must satisfy 1 <= min <= max, got {min_ngram}..{max_ngram}")
         self.device = device
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.tree_topk = tree_topk  # above 1: up to this many continuations, as branches of a tree
+        self.tree_tokens = tree_tokens
 
     def propose(self, history: torch.Tensor, k: int) -> Draft:
         """`history` is the CPU token history; matching there avoids device round trips."""
+        paths = self._continuations(history, k, self.tree_topk)
+        if not paths:
+            return Draft.empty(self.device)
+        if len(paths) == 1:
+            return Draft(torch.tensor(paths[0], dtype=torch.long, device=self.device))
+        tree = tree_from_paths(paths, self.tree_tokens, self.device)
+        return Draft(tree.tokens, None, tree)
+
+    def _continuations(self, history: torch.Tensor, k: int, wanted: int) -> list[list[int]]:
+        """Up to `wanted` distinct continuations (k tokens at most) of the longest matching tail,
+        most recent occurrence first; shorter tails add more only while fewer were found."""
         length = history.shape[0]
+        paths: list[list[int]] = []
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
             tail = history[length - n :]
             # windows starting at 0 .. length-n-1, i.e. every earlier occurrence of the tail
             windows = history[: length - 1].unfold(0, n, 1)
-            hits = (windows == tail).all(dim=1).nonzero()
-            if hits.numel():
-                start = int(hits[-1, 0]) + n
-                proposal = history[start : start + k]
-                if proposal.numel():
-                    return Draft(proposal.to(self.device))
-        return Draft.empty(self.device)
+            hits = (windows == tail).all(dim=1).nonzero()[:, 0].tolist()
+            for start in reversed(hits):
+                proposal = history[start + n : start + n + k].tolist()
+                if proposal and proposal not in paths:
+                    paths.append(proposal)
+                    if len(paths) == wanted:
+                        return paths
+        return paths
 
 
 def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:

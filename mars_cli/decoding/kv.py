@@ -182,11 +182,15 @@ class StaticKVCache:
         self.length += input_ids.shape[1]
         return output
 
-    def call(self, function, input_ids: torch.Tensor):
-        """Run `function(cache, input_ids, position_ids)`, a (compiled) forward that writes
-        `input_ids` ([1, n]) into the transformers cache `cache`; returns what it returns."""
-        position_ids = self.positions(input_ids.shape[1], input_ids.device)
-        result = function(self.cache, input_ids, position_ids)
+    def call(self, function, input_ids: torch.Tensor, layout: dict | None = None):
+        """Run `function(cache, input_ids, position_ids, attention_mask)`, a (compiled) forward
+        that writes `input_ids` ([1, n]) into the transformers cache `cache`; returns what it
+        returns. `layout` (a draft tree's mask and positions) replaces the causal defaults."""
+        position_ids = self.positions(input_ids.shape[1], input_ids.device)  # checks there is room
+        mask = None
+        if layout is not None:
+            position_ids, mask = layout["position_ids"], layout["attention_mask"]
+        result = function(self.cache, input_ids, position_ids, mask)
         self.length += input_ids.shape[1]
         return result
 
@@ -209,6 +213,17 @@ class StaticKVCache:
         return 0  # static layers store position p at row p
 
 
+def sliding_window(model: torch.nn.Module) -> int | None:
+    """The shortest sliding attention window of the model's layers, or None when none slides. A
+    draft tree's 4D mask covers every layer alike, so it is valid only within that window."""
+    config = getattr(model.config, "text_config", model.config)
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if not window or (types is not None and "sliding_attention" not in types):
+        return None
+    return int(window)
+
+
 def static_cache_problem(model: torch.nn.Module, capacity: int) -> str | None:
     """Why `model` cannot decode with a static cache of `capacity` positions, or None."""
     try:
@@ -228,8 +243,8 @@ def compile_forward(model: torch.nn.Module, select: Callable | None = None, cuda
     outputs are overwritten by the next call, so the caller copies what it keeps)."""
     keyword = _cache_keyword(type(model))
 
-    def forward(cache, input_ids, position_ids):
-        output = model(input_ids=input_ids, position_ids=position_ids, use_cache=True,
+    def forward(cache, input_ids, position_ids, attention_mask=None):
+        output = model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, use_cache=True,
                        output_hidden_states=select is not None, **{keyword: cache})
         return output.logits, (None if select is None else select(output.hidden_states))
 
@@ -240,8 +255,8 @@ def compile_forward(model: torch.nn.Module, select: Callable | None = None, cuda
     if not cuda_graphs:
         return compiled
 
-    def replay(cache, input_ids, position_ids):
+    def replay(cache, input_ids, position_ids, attention_mask=None):
         torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs may be overwritten
-        return compiled(cache, input_ids, position_ids)
+        return compiled(cache, input_ids, position_ids, attention_mask)
 
     return replay

@@ -19,6 +19,7 @@ import torch
 
 from .cost import AdaptiveDraftLength
 from .drafters import Drafter
+from .tree import DraftTree
 from .stats import DecodeStats, PhaseClock
 from .target import TargetScorer
 from .verifiers import Verifier
@@ -32,6 +33,7 @@ class DecodeSettings:
     record_margins: bool = True
     time_phases: bool = True  # per-phase laps; off only to measure their own cost
     ignore_eos: bool = False  # keep going past EOS (soak tests and fixed-length benchmarks)
+    tree_tokens: int = 0  # a drafter that grows trees feeds this many nodes (padded up to it) a round
     adaptive_draft: bool = False  # the session's cost model picks each round's length (<= num_draft)
 
 
@@ -73,6 +75,7 @@ def decode(
     stop_checker = _StopStrings(target.tokenizer, settings.stop_strings, length)
     stats.prompt_tokens = length
 
+    tree_width = settings.tree_tokens + 1 if settings.tree_tokens else 0
     clock = PhaseClock(target.device, settings.time_phases)
     drafter.reset()
     features = scorer.start(prompt[:-1])
@@ -91,11 +94,18 @@ def decode(
         if draft_length is not None:
             k = draft_length.choose(k)
         draft = drafter.propose(history[:length], k) if k else None
-        draft_tokens = draft.tokens[:k].to(target.device) if draft else pending[:0]
-        draft_probs = draft.probs[:k] if draft and draft.probs is not None else None
+        tree = None
+        if draft is not None and draft.tree is not None:  # as many nodes as fit the window, as deep as k
+            tree = _fit_tree(draft.tree, k, None if window is None else window - length - 1)
+            draft_tokens = pending[:0] if tree is None else tree.tokens.to(target.device)
+            draft_probs = None  # a tree's proposals are verified as given (verifiers.py)
+        else:
+            draft_tokens = draft.tokens[:k].to(target.device) if draft else pending[:0]
+            draft_probs = draft.probs[:k] if draft and draft.probs is not None else None
         draft_s = clock.lap("draft")
 
-        scored = scorer.score(pending, draft_tokens, width=k + 1)
+        width = k + 1 if tree is None else max(tree_width, draft_tokens.numel() + 1)
+        scored = scorer.score(pending, draft_tokens, width=width, tree=tree)
         logits = scored.logits
         clock.lap("target")
 
@@ -105,6 +115,7 @@ def decode(
             draft_tokens.to(on_logits),
             None if draft_probs is None else draft_probs.to(on_logits),
             generator,
+            tree,
         )
         accepted = verdict.accepted_positions
         drafted = draft_tokens.tolist()
@@ -116,8 +127,9 @@ def decode(
         if features is not None:
             drafter.observe_features(features)
         drafter.commit(length + len(accepted))
-        if draft_length is not None:
-            draft_length.observe(len(drafted), len(accepted), draft_s)
+        depth = len(drafted) if tree is None else tree.depth
+        if draft_length is not None:  # the first round reads the whole prompt: not a drafting cost
+            draft_length.observe(depth, len(accepted), draft_s if stats.rounds else None)
         clock.lap("rollback")
 
         emitted, reason = _cut_at_eos_or_budget(emitted, eos, budget - produced)
@@ -134,7 +146,7 @@ def decode(
         pending = emitted_tensor[-1:].to(target.device)
         margins = verdict.margins.tolist() if settings.record_margins and verdict.margins is not None else None
         stats.record(len(drafted), min(len(accepted), len(emitted)), len(emitted), float(logprob),
-                     verdict.relaxed, verdict.examined, verdict.low_margin, margins)
+                     verdict.relaxed, verdict.examined, verdict.low_margin, margins, depth=depth)
         if reason is None and stop_checker.hit(history[:length]):
             reason = "stop_string"
         clock.lap("other")
@@ -149,6 +161,24 @@ def decode(
             break
     stats.phase_s = clock.totals
     stats.wall_s = clock.elapsed()
+
+
+def _fit_tree(tree: DraftTree, max_depth: int, max_nodes: int | None) -> DraftTree | None:
+    """The tree cut to nodes at most `max_depth` deep (the round's room before the token budget)
+    and, within a context window, to `max_nodes` nodes; parents stay before their children.
+    None when nothing is left."""
+    if tree.size == 0:
+        return None
+    depths = tree.depths()
+    if int(depths.max()) > max_depth:
+        keep = torch.nonzero(depths <= max_depth)[:, 0]
+        renumber = torch.full((tree.size,), -1, dtype=torch.long)
+        renumber[keep] = torch.arange(keep.numel())
+        parents = tree.parents[keep]
+        tree = DraftTree(tree.tokens[keep.to(tree.tokens.device)], torch.where(parents < 0, parents, renumber[parents.clamp_min(0)]))
+    if max_nodes is not None and tree.size > max_nodes:
+        tree = tree.first(max(max_nodes, 0))
+    return tree if tree.size else None
 
 
 def _cut_at_eos_or_budget(tokens: list[int], eos: set[int], remaining: int) -> tuple[list[int], str | None]:

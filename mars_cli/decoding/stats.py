@@ -68,16 +68,22 @@ class DecodeStats:
     accepted_per_round: Counter = field(default_factory=Counter)
     round_ends: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, tokens so far)
     margins: list[float] = field(default_factory=list)
+    tree_rounds: int = 0  # rounds that drafted a tree (not a chain)
+    tree_nodes: int = 0  # nodes those trees had
+    max_depth: int = 0  # deepest draft of any round
     sum_logprob: float = 0.0  # target log-probability of the emitted tokens (raw logits, T=1)
     phase_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     wall_s: float = 0.0
     finish_reason: str = ""
 
     def record(self, drafted: int, accepted: int, emitted: int, logprob: float = 0.0, relaxed: int = 0,
-               examined: int = 0, low_margin: int = 0, margins: list[float] | None = None) -> None:
+               examined: int = 0, low_margin: int = 0, margins: list[float] | None = None,
+               depth: int | None = None) -> None:
         """One round: `drafted` tokens proposed, the first `accepted` of them emitted, `emitted`
         tokens in all (accepted + the target's own), their summed log-probability, and the
-        verifier's counts (relaxed acceptances, examined and low-margin positions, margins)."""
+        verifier's counts (relaxed acceptances, examined and low-margin positions, margins).
+        `depth`: a tree's depth (its nodes are `drafted`); per-position acceptance is then per
+        depth, and `accepted` the depth reached. A chain's depth is its length."""
         self.rounds += 1
         self.drafted += drafted
         self.accepted += accepted
@@ -89,8 +95,13 @@ class DecodeStats:
         if margins:
             self.margins.extend(margins)
         self.accepted_per_round[accepted] += 1
-        self._grow(drafted)
-        for position in range(drafted):
+        depth = drafted if depth is None else depth
+        if depth != drafted:
+            self.tree_rounds += 1
+            self.tree_nodes += drafted
+        self.max_depth = max(self.max_depth, depth)
+        self._grow(depth)
+        for position in range(depth):
             self.drafted_at[position] += 1
         for position in range(accepted):
             self.accepted_at[position] += 1
@@ -104,13 +115,14 @@ class DecodeStats:
         counters: every count and time adds up, its round ends follow ours on the clock."""
         offset_s, offset_tokens = self.wall_s, self.new_tokens
         for name in ("prompt_tokens", "new_tokens", "rounds", "drafted", "accepted", "relaxed", "examined",
-                     "low_margin", "sum_logprob", "wall_s"):
+                     "low_margin", "sum_logprob", "wall_s", "tree_rounds", "tree_nodes"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self._grow(len(other.drafted_at))
         for position, (drafted, accepted) in enumerate(zip(other.drafted_at, other.accepted_at)):
             self.drafted_at[position] += drafted
             self.accepted_at[position] += accepted
         self.accepted_per_round.update(other.accepted_per_round)
+        self.max_depth = max(self.max_depth, other.max_depth)
         self.round_ends.extend((offset_s + t, offset_tokens + n) for t, n in other.round_ends)
         self.margins.extend(other.margins)
         for phase, seconds in other.phase_s.items():
@@ -144,6 +156,8 @@ class DecodeStats:
             "margins": [round(m, 5) for m in self.margins],  # MARS: margins of the examined positions
             "mean_logprob": self.sum_logprob / self.new_tokens if self.new_tokens else 0.0,
             "accepted_length_histogram": {str(k): v for k, v in sorted(self.accepted_per_round.items())},
+            "tree": {"rounds": self.tree_rounds, "mean_nodes": self.tree_nodes / self.tree_rounds,
+                     "max_depth": self.max_depth} if self.tree_rounds else None,
             "time_s": dict(self.phase_s),
             "finish_reason": self.finish_reason,
         }

@@ -25,7 +25,8 @@ import torch
 
 from ..errors import UserError
 from ..models import LoadedModel
-from .kv import KVCache, StaticCacheUnsupported, StaticKVCache, compile_forward, static_cache_problem
+from .kv import KVCache, StaticCacheUnsupported, StaticKVCache, compile_forward, sliding_window, static_cache_problem
+from .tree import DraftTree, ancestry, attention_bias, row_positions
 
 FeatureLayers = tuple[int, ...]
 LAST_LAYER: FeatureLayers = (-1,)  # what the LM head reads (after the final norm)
@@ -205,8 +206,10 @@ class TargetScorer:
             self._noted = True
         return KVCache(self.target.model)
 
-    def score(self, pending: torch.Tensor, drafts: torch.Tensor, width: int) -> Scored:
-        """Feed `pending` ([1]) and `drafts` ([k'], k' <= width - 1) after the committed cache."""
+    def score(self, pending: torch.Tensor, drafts: torch.Tensor, width: int, tree: DraftTree | None = None) -> Scored:
+        """Feed `pending` ([1]) and `drafts` ([k'], k' <= width - 1) after the committed cache.
+        With `tree` (whose tokens are `drafts`) every row sees only its ancestors: one pass scores
+        every branch, each row at the position its depth gives it."""
         feed = torch.cat([pending, drafts])
         if self.pad_drafts and drafts.numel() > 0:  # padding is scored, then dropped
             width = max(width, feed.numel())
@@ -218,8 +221,9 @@ class TargetScorer:
         if isinstance(self.cache, StaticKVCache) and feed.numel() > self.cache.room():
             raise UserError(f"the sequence outgrew its static cache ({self.cache.capacity} positions); "
                             "decode with --compile off")
+        layout = None if tree is None or tree.is_chain() else self._tree_layout(tree, feed.numel())
         with torch.inference_mode():
-            output = self._forward(feed)
+            output = self._forward(feed, layout=layout)
         real = 1 + drafts.numel()
         self._features = None if output.features is None else output.features[:real]
         return Scored(output.logits[:real], self._features)
@@ -250,7 +254,19 @@ class TargetScorer:
         self.committed = min(self.committed, length)
         self._features = None
 
-    def _forward(self, feed: torch.Tensor, eager: bool = False) -> Scored:
+    def _tree_layout(self, tree: DraftTree, width: int) -> dict[str, torch.Tensor]:
+        """The mask and position ids of a tree fed after the committed cache (padded to `width`)."""
+        past = self.committed
+        window = sliding_window(self.target.model)
+        if window is not None and past + width > window:
+            raise UserError(f"a draft tree at position {past + width} is past the model's sliding window ({window}); "
+                            "decode with --draft-topk 1")
+        kv_length = self.cache.capacity if isinstance(self.cache, StaticKVCache) else past + width
+        device = self.target.device
+        bias = attention_bias(ancestry(tree.parents, width), past, kv_length, self.target.dtype)
+        return {"attention_mask": bias.to(device), "position_ids": row_positions(tree.parents, past, width).to(device)}
+
+    def _forward(self, feed: torch.Tensor, eager: bool = False, layout: dict | None = None) -> Scored:
         ids = feed[None].to(self.target.device)
         if not eager and self.kind == "compiled" and self.cache.initialized:
             # a copy made here (inference mode) is an inference tensor whatever the caller passed:
@@ -258,11 +274,11 @@ class TargetScorer:
             if not self._widths:
                 print("mars: note: compiling the target's forwards, once per verification width (up to a minute "
                       "each the first time; torch caches them for later runs)", file=sys.stderr)
-            logits, features = self.cache.call(self._step, ids.clone())
+            logits, features = self.cache.call(self._step, ids.clone(), layout)
             self._widths.add(ids.shape[1])
             if self.target.device.type == "cuda":  # a CUDA graph's outputs are overwritten by its next replay
                 logits, features = logits.clone(), None if features is None else features.clone()
             return Scored(logits[0], None if features is None else features[0])
-        output = self.cache.forward(ids, hidden=bool(self.feature_layers))
+        output = self.cache.forward(ids, hidden=bool(self.feature_layers), **(layout or {}))
         features = select_features(output.hidden_states, self.feature_layers)[0] if self.feature_layers else None
         return Scored(output.logits[0], features)

@@ -16,6 +16,7 @@ from typing import Literal
 import torch
 
 from .sampling import SamplingParams, probabilities, process_logits
+from .tree import DraftTree
 
 Rule = Literal["strict", "mars"]
 MarginMeasure = Literal["logit-ratio", "prob-ratio"]
@@ -122,6 +123,77 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, residual / mass.clamp_min(1e-30), p)
 
 
+# --------------------------------------------------------------------------- trees
+# A tree's rows: 0 is the root (the pending token), node i is row i + 1 and its parent's row is
+# parents[i] + 1. The target's row r scores the children of row r. Siblings are tried in order.
+def first_sibling(ok: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+    """Per node: `ok` and no earlier sibling `ok`: which child each parent moves to (at most one)."""
+    n = ok.shape[0]
+    same_parent = parents[:, None] == parents[None, :]
+    earlier = torch.ones(n, n, dtype=torch.bool, device=ok.device).tril(-1)
+    return ok & ~(same_parent & earlier & ok[None, :]).any(dim=-1)
+
+
+def accepted_path(chosen: torch.Tensor, ancestors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(path [n] bool, last accepted row): the deepest node whose ancestors (and itself) were all
+    chosen, and the nodes on the way to it. `ancestors[i, j]`: node j is node i or above it.
+    With at most one chosen child per parent the accepted nodes form one path from the root."""
+    reached = ~(ancestors & ~chosen[None, :]).any(dim=-1)
+    depth = torch.where(reached, ancestors.sum(dim=-1), torch.zeros_like(chosen, dtype=torch.long))
+    deepest = depth.argmax()
+    path = ancestors[deepest] & (depth[deepest] > 0)
+    last_row = torch.where(depth[deepest] > 0, deepest + 1, torch.zeros_like(deepest))
+    return path, last_row
+
+
+def tree_greedy_accepts(tokens: torch.Tensor, parents: torch.Tensor, top1: torch.Tensor, top2: torch.Tensor,
+                        low_margin: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy rule on a tree -> (chosen child per parent, chosen by the strict rule). Strict: the
+    child equal to the target's argmax at its parent. MARS: where the parent's row is low-margin
+    and no child is the argmax, the child equal to the runner-up. `low_margin` is per row [n + 1]."""
+    rows = parents + 1
+    strict = tokens == top1[rows]
+    if low_margin is None:
+        return strict, strict
+    strict_sibling = (strict[None, :] & (parents[:, None] == parents[None, :])).any(dim=-1)
+    relaxed = low_margin[rows] & (tokens == top2[rows]) & ~strict_sibling
+    return strict | relaxed, strict
+
+
+def tree_sampling_accepts(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, uniforms: torch.Tensor,
+                          in_top_two: torch.Tensor | None, low_margin: torch.Tensor | None
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sampling rule on a tree -> (chosen child per parent, accepted by the strict rule).
+
+    Strict: recursive rejection sampling over each parent's children, the drafter's proposals
+    taken as given (one-hot q): child i is accepted with probability p(x_i) / (1 - the mass of
+    the earlier siblings, already rejected), i.e. from the target's distribution with the rejected
+    tokens removed; the first accepted sibling is the one taken. The chance that some child is
+    taken is the target mass on the children, and the draw is exact in distribution whatever
+    the drafter chose (`next_token_distribution` gives the rest). MARS: at a low-margin parent a
+    child that is the target's top-1 or top-2 is also accepted, with the same uniforms, so a
+    threshold nothing passes reproduces strict exactly."""
+    rows = parents + 1
+    mass = p[rows, tokens]
+    same_parent = parents[:, None] == parents[None, :]
+    earlier = torch.ones_like(same_parent).tril(-1) & same_parent
+    before = (earlier.to(mass.dtype) * mass[None, :]).sum(dim=-1)
+    strict = uniforms * (1 - before).clamp_min(0) < mass
+    ok = strict if low_margin is None or in_top_two is None else strict | (low_margin[rows] & in_top_two)
+    return first_sibling(ok, parents), strict
+
+
+def next_token_distribution(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor,
+                            last_row: torch.Tensor) -> torch.Tensor:
+    """What the token after the accepted path is drawn from: the target's distribution at the last
+    accepted row with its children's tokens (all rejected) removed, renormalised ([V])."""
+    row = p[last_row].clone()
+    rejected = tokens[parents + 1 == last_row]
+    row[rejected] = 0
+    mass = row.sum()
+    return torch.where(mass > 0, row / mass.clamp_min(1e-30), p[last_row])
+
+
 # --------------------------------------------------------------------------- the verifier
 @dataclass
 class Verdict:
@@ -154,7 +226,11 @@ class Verifier:
         drafts: torch.Tensor,
         draft_probs: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
+        tree: DraftTree | None = None,
     ) -> Verdict:
+        """`tree` (whose tokens are `drafts`) makes the drafts a tree; None is a chain."""
+        if tree is not None:
+            return self._verify_tree(logits, drafts, tree, generator)
         k = drafts.shape[0]
         processed = process_logits(logits, self.sampling)
         # NaN anywhere poisons the row's max; checked with the round's single host sync
@@ -199,6 +275,53 @@ class Verifier:
             examined = torch.arange(k, device=logits.device) <= n
             summary[3] = (low & examined).sum()
         return _verdict(summary, k, margins)
+
+
+    def _verify_tree(self, logits: torch.Tensor, tokens: torch.Tensor, tree: DraftTree,
+                     generator: torch.Generator | None) -> Verdict:
+        """A tree's rules (see the tree section above); one host transfer, as for a chain."""
+        n = tokens.shape[0]
+        parents = tree.parents.to(logits.device)
+        processed = process_logits(logits, self.sampling)
+        faulty = (~torch.isfinite(processed.max(dim=-1).values)).any().long()
+        top1, top2, z1, z2 = top_two(processed)
+        low = margins = None
+        if self.rule == "mars":
+            margins = margin(z1, z2, self.measure)
+            low = (margins > self.threshold) & torch.isfinite(z2)
+        rows = parents + 1
+        if self.sampling.greedy:
+            chosen, strict = tree_greedy_accepts(tokens, parents, top1, top2, low)
+            chosen = first_sibling(chosen, parents)
+        else:
+            p = probabilities(processed)
+            uniforms = torch.rand(n, generator=generator, device=logits.device)
+            in_top_two = (tokens == top1[rows]) | (tokens == top2[rows])
+            chosen, strict = tree_sampling_accepts(p, tokens, parents, uniforms, in_top_two, low)
+        ancestors = tree.ancestry().to(logits.device)[1:, 1:]
+        path, last_row = accepted_path(chosen, ancestors)
+        if self.sampling.greedy:
+            next_token = top1[last_row]
+        else:
+            distribution = next_token_distribution(p, tokens, parents, last_row).nan_to_num(nan=1.0).clamp_min(0.0)
+            next_token = torch.multinomial(distribution, 1, generator=generator)[0]
+        # examined rows: the root and the accepted nodes, where they have children in the tree
+        has_children = torch.zeros(n + 1, dtype=torch.bool, device=logits.device)
+        has_children[rows] = True
+        examined = has_children & torch.cat([torch.ones(1, dtype=torch.bool, device=logits.device), path])
+        low_count = (low & examined).sum() if low is not None else torch.zeros((), dtype=torch.long,
+                                                                                 device=logits.device)
+        relaxed = (path & ~strict).sum()
+        summary = torch.cat([torch.stack([next_token, relaxed, low_count, examined.sum(), faulty]).long(),
+                             path.long(), examined.long()])
+        values = summary.tolist()  # the round's single host sync
+        next_id, relaxed_n, low_n, examined_n, bad = values[:5]
+        if bad:
+            raise FloatingPointError("the target produced NaN or infinite logits; refusing to emit tokens")
+        on_path = [i for i, flag in enumerate(values[5 : 5 + n]) if flag]
+        examined_rows = [r for r, flag in enumerate(values[5 + n :]) if flag]
+        return Verdict(on_path, next_id, relaxed_n, examined_n, low_n,
+                       None if margins is None else margins[examined_rows])
 
 
 def _one_hot(tokens: torch.Tensor, vocab: int, dtype: torch.dtype) -> torch.Tensor:

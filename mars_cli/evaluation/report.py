@@ -101,7 +101,7 @@ def plots(results: dict, folder: Path) -> list[str]:
         rates = row["per_position_acceptance"]
         if rates:
             axis.plot(range(1, len(rates) + 1), rates, marker="o", label=row["method"])
-    axis.set_xlabel("draft position")
+    axis.set_xlabel("draft position (a tree's depth)")
     axis.set_ylabel("acceptance rate")
     axis.set_ylim(0, 1)
     axis.set_title("acceptance per draft position")

@@ -48,7 +48,7 @@ def build_results(command: str, suites: list[Suite], methods: list[Method], sess
         "command": command,
         "suites": names,
         "config": described.config(),  # the drafter and flags the non-vanilla methods used
-        "methods": {m.name: {**m.changes, **_threshold(sessions[m.name])} for m in methods},
+        "methods": {m.name: {**m.changes, **_threshold(sessions[m.name]), **_tree(sessions[m.name])} for m in methods},
         "repeats": repeats,
         "complete": complete,
         "table": aggregate(records, methods, names),
@@ -59,6 +59,12 @@ def build_results(command: str, suites: list[Suite], methods: list[Method], sess
         results["gates"] = {"min_speedup": gates.min_speedup, "max_quality_drop": gates.max_quality_drop,
                             "failures": failures}
     return results, failures
+
+
+def _tree(session: Session) -> dict:
+    """The draft-tree shape a method decoded with (resolved from `auto`), when it drafts a tree."""
+    shape = session.tree
+    return {"tree": f"{shape.topk}x{shape.tokens}"} if shape.topk > 1 else {}
 
 
 def _threshold(session: Session) -> dict:

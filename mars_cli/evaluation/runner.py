@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -48,10 +49,42 @@ def parse_sweep(text: str) -> list[float]:
     return [round(start + i * step, 6) for i in range(count) if start + i * step <= stop + 1e-9]
 
 
-def parse_methods(text: str, sweep: list[float]) -> list[Method]:
-    """`rule` or `rule:drafter` (e.g. strict:ngram, mars:head) so drafters compare in one run."""
+def parse_tree_shape(text: str) -> dict:
+    """`TOPKxTOKENS` (e.g. 4x16) or `1` (a chain) -> the drafting changes it stands for."""
+    topk, _, tokens = text.strip().partition("x")
+    try:
+        shape = {"draft_topk": int(topk)} if not tokens and int(topk) == 1 else \
+            {"draft_topk": int(topk), "draft_tokens": int(tokens)}
+    except ValueError:
+        raise UserError(f"tree shape {text!r}: expected TOPKxTOKENS (e.g. 4x16) or 1 for a chain") from None
+    return shape
+
+
+def _shape_of(name: str) -> tuple[str, str | None]:
+    """A method name without its `+SHAPE` suffix, and the shape (None when it has none)."""
+    spec, plus, shape = name.rpartition("+")
+    if plus and re.fullmatch(r"\d+(x\d+)?", shape):
+        return spec, shape
+    return name, None
+
+
+def parse_tree_sweep(text: str) -> list[str]:
+    shapes = [part.strip() for part in text.split(",") if part.strip()]
+    require(bool(shapes), f"--sweep-tree {text!r}: expected shapes like 1,4x8,4x16")
+    for shape in shapes:
+        parse_tree_shape(shape)
+    return shapes
+
+
+def parse_methods(text: str, sweep: list[float], tree_sweep: list[str] | None = None) -> list[Method]:
+    """`rule` or `rule:drafter` (e.g. strict:ngram, mars:head) so drafters compare in one run;
+    `+SHAPE` fixes a method's draft tree (strict:head+4x16, strict+1 for a chain). `tree_sweep`
+    adds every non-vanilla method at each shape."""
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name.partition(":")[0] not in BASE_METHODS]
+    if tree_sweep:
+        names += [f"{name}+{shape}" for name in list(names) if name != "vanilla" and _shape_of(name)[1] is None
+                  for shape in tree_sweep]
+    unknown = [name for name in names if _shape_of(name)[0].partition(":")[0] not in BASE_METHODS]
     if unknown:
         raise UserError(f"unknown method {unknown[0]!r}: choose from {', '.join(BASE_METHODS)}, "
                         f"optionally with :DRAFTER (e.g. strict:head)")
@@ -59,9 +92,11 @@ def parse_methods(text: str, sweep: list[float]) -> list[Method]:
         names.insert(0, "vanilla")  # every speedup and agreement figure is measured against it
     methods = []
     for name in dict.fromkeys(names):
-        rule, _, drafter = name.partition(":")
-        require(not (rule == "vanilla" and drafter), f"method {name!r}: vanilla decodes without a drafter")
-        methods.append(Method(name, {**BASE_METHODS[rule], **({"draft": drafter} if drafter else {})}))
+        spec, shape = _shape_of(name)
+        rule, _, drafter = spec.partition(":")
+        require(not (rule == "vanilla" and (drafter or shape)), f"method {name!r}: vanilla decodes without a drafter")
+        tree = parse_tree_shape(shape) if shape else {}
+        methods.append(Method(name, {**BASE_METHODS[rule], **({"draft": drafter} if drafter else {}), **tree}))
     methods += [Method(f"mars@{theta:g}", {"verify": "mars", "threshold": theta}) for theta in sweep]
     return methods
 
@@ -202,6 +237,7 @@ def run_sample(session: Session, sample: Sample, repeats: int,
         "wall_s": statistics.median(walls),
         "walls": walls,
         "mean_accepted": summary["mean_accepted"],
+        "accepted_per_round": {str(n): count for n, count in sorted(totals.accepted_per_round.items())},
     }
 
 
@@ -304,6 +340,15 @@ def aggregate(records: list[dict], methods: list[Method], suites: list[str]) -> 
     return table
 
 
+def _histogram(counts) -> dict[str, int]:
+    """Rounds by accepted drafts (a tree's accepted depth), summed over samples."""
+    total: dict[int, int] = {}
+    for count in counts:
+        for n, rounds in count.items():
+            total[int(n)] = total.get(int(n), 0) + rounds
+    return {str(n): total[n] for n in sorted(total)}
+
+
 def _row(name: str, mine: list[dict], vanilla: dict) -> dict:
     tokens = sum(r["new_tokens"] for r in mine)
     wall = sum(r["wall_s"] for r in mine)
@@ -323,6 +368,7 @@ def _row(name: str, mine: list[dict], vanilla: dict) -> dict:
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "relaxed_share": sum(r["relaxed"] for r in mine) / accepted if accepted else 0.0,
         "per_position_acceptance": [a / d if d else 0.0 for a, d in zip(accepted_at, drafted_at)],
+        "accepted_length_histogram": _histogram(r.get("accepted_per_round", {}) for r in mine),
         "task_metric": statistics.mean(scores) if scores else None,
         "agreement_tokens": statistics.mean(token_agreement(r["token_ids"], v["token_ids"]) for r, v in paired) if paired else None,
         "agreement_rouge_l": statistics.mean(rouge_l(r["token_ids"], v["token_ids"]) for r, v in paired) if paired else None,

@@ -17,6 +17,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..decoding.drafters import Draft, Drafter
+from ..decoding.tree import DraftTree, grow_tree
 from ..decoding.sampling import SamplingParams, probabilities, process_logits, sample
 from ..errors import UserError
 from ..models import LoadedModel
@@ -122,8 +123,11 @@ class HeadDrafter(Drafter):
     name = "head"
 
     def __init__(self, head: PairHead, target: LoadedModel, sampling: SamplingParams,
-                 generator: torch.Generator | None, min_confidence: float = 0.0, compile: bool = False) -> None:
+                 generator: torch.Generator | None, min_confidence: float = 0.0, compile: bool = False,
+                 tree_topk: int = 1, tree_tokens: int = 0) -> None:
         self.head = head
+        self.tree_topk = tree_topk  # above 1: draft a tree (EAGLE-2), `tree_tokens` nodes at most
+        self.tree_tokens = tree_tokens
         self.feature_layers = head.feature_layers_for(target.model)  # what the scorer hands over
         # `--compile on`: the one-token drafting step (every draft after a round's first) runs
         # through torch.compile with a dynamic cache length: one graph for all lengths
@@ -188,6 +192,8 @@ class HeadDrafter(Drafter):
         tokens = history[self.read + 1 : self.known + 1].to(self.features.device)
         feature = self.head.step(self.features[self.read : self.known], tokens, self.cache)[-1:]
         self.read = self.known
+        if self.tree_topk > 1:
+            return self._propose_tree(feature, k)
         drafted, rows = [], []
         confidence = 1.0
         for step in range(k):
@@ -204,3 +210,38 @@ class HeadDrafter(Drafter):
             return Draft.empty(self.target_device)
         probs = torch.stack(rows).to(self.target_device) if rows else None
         return Draft(torch.stack(drafted).to(self.target_device), probs)
+
+    def _propose_tree(self, root: torch.Tensor, depth: int) -> Draft:
+        """EAGLE-2's dynamic tree (decoding/tree.py): `depth` levels, `tree_topk` children of the
+        `tree_topk` best nodes per level, the `tree_tokens` best nodes kept. Each level is one head
+        step over the frontier, every pair seeing the true pairs and its own ancestors only, at the
+        position its depth gives it. The tree's proposals are verified as given (no q)."""
+        base = len(self.cache)  # true pairs; a node at depth d sits at position base + d - 1
+        state: dict[int, torch.Tensor] = {}  # search node -> the state its pair produced
+        column: dict[int, int] = {}  # search node -> its pair's column in the head's cache
+        parent_of: dict[int, int] = {}
+        depth_of: dict[int, int] = {-1: 0}
+
+        def expand(nodes: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+            node_ids, parent_ids = nodes.tolist(), parents.tolist()
+            cached, count = len(self.cache), len(node_ids)
+            visible = torch.zeros(count, cached + count, dtype=torch.bool, device=root.device)
+            visible[:, :base] = True
+            for row, (node, parent) in enumerate(zip(node_ids, parent_ids)):
+                parent_of[node], depth_of[node] = parent, depth_of[parent] + 1
+                visible[row, cached + row] = True
+                ancestor = parent
+                while ancestor >= 0:
+                    visible[row, column[ancestor]] = True
+                    ancestor = parent_of[ancestor]
+            fed = torch.stack([root[0] if parent < 0 else state[parent] for parent in parent_ids])
+            positions = torch.tensor([base + depth_of[node] - 1 for node in node_ids], device=root.device)
+            produced = self.head.step(fed, self.vocab_ids[tokens], self.cache, positions, visible)
+            for row, node in enumerate(node_ids):
+                state[node], column[node] = produced[row], cached + row
+            return torch.log_softmax(self.head.logits(produced).float(), dim=-1)
+
+        root_logprobs = torch.log_softmax(self.head.logits(root[0]).float(), dim=-1)
+        tree = grow_tree(root_logprobs, expand, self.tree_topk, depth, self.tree_tokens)
+        tokens = self.vocab_ids[tree.tokens].to(self.target_device)
+        return Draft(tokens, None, DraftTree(tokens, tree.parents))

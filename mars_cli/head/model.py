@@ -168,16 +168,20 @@ class PairHead(nn.Module, ABC):
         return keys if groups == 1 else keys.repeat_interleave(groups, dim=-3)
 
     # ------------------------------------------------------------------ drafting
-    def step(self, features: torch.Tensor, tokens: torch.Tensor, cache: HeadCache) -> torch.Tensor:
+    def step(self, features: torch.Tensor, tokens: torch.Tensor, cache: HeadCache,
+             positions: torch.Tensor | None = None, visible: torch.Tensor | None = None) -> torch.Tensor:
         """Read n new pairs ([n, F] features or fed-back states, [n] tokens) after the cached
-        ones; returns the states to score and feed back [n, h]."""
+        ones; returns the states to score and feed back [n, h]. By default they sit at the next
+        positions and each sees the cache and the new pairs before it; a draft tree gives each
+        pair its own position and what it sees (`visible`, [n, cached + n] bool)."""
         start = len(cache)
-        positions = torch.arange(start, start + tokens.shape[0], device=self._device())
+        n = tokens.shape[0]
+        if positions is None:
+            positions = torch.arange(start, start + n, device=self._device())
         x, q, k, v = self._project(features, tokens, positions)
         keys, values = cache.append(k, v)
-        n = tokens.shape[0]
-        mask = None
-        if n > 1:  # new pairs see the cache and the new pairs before them
+        mask = visible
+        if mask is None and n > 1:  # new pairs see the cache and the new pairs before them
             mask = torch.ones(n, keys.shape[1], dtype=torch.bool, device=q.device).tril(keys.shape[1] - n)
         attended = F.scaled_dot_product_attention(q, self._expand_kv(keys), self._expand_kv(values), attn_mask=mask)
         return self._finish(x, attended)

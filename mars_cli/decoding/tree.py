@@ -1,0 +1,193 @@
+"""Draft trees: several candidates per position, verified by the target in one forward.
+
+A tree's nodes are numbered in topological order (a parent before its children); `parents[i]` is
+node i's parent, -1 for a child of the root. The root is the pending token (the last emitted one,
+not yet in the target's cache), fed at row 0; node i is fed at row i + 1, like a chain's drafts,
+so a chain is the tree whose node i has parent i - 1. Siblings hold distinct tokens, in the
+drafter's order of preference (verification tries them in that order).
+
+What one target pass over a tree needs is here: which fed rows may see which (`ancestry`), the
+float additive mask that says so, and each row's position (the root's position plus its depth).
+`grow_tree` is EAGLE-2's dynamic tree search, shared by every drafter with a distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    """Node tokens [n] (long, on the drafter's device) and parents [n] (long, on the CPU: the
+    shape is bookkeeping, read without device round trips); `parents[i] < i`."""
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+
+    def __post_init__(self) -> None:
+        self.parents = self.parents.cpu()
+        self._ancestry: torch.Tensor | None = None
+
+    @classmethod
+    def chain(cls, tokens: torch.Tensor) -> "DraftTree":
+        return cls(tokens, torch.arange(-1, tokens.numel() - 1))
+
+    def ancestry(self) -> torch.Tensor:
+        """[n + 1, n + 1] bool on the CPU (see `ancestry`), computed once."""
+        if self._ancestry is None:
+            self._ancestry = ancestry(self.parents)
+        return self._ancestry
+
+    @property
+    def size(self) -> int:
+        return self.tokens.numel()
+
+    def depths(self) -> torch.Tensor:
+        """Depth of every node (a child of the root has depth 1), [n] long."""
+        depth = torch.zeros(self.size, dtype=torch.long)
+        for node, parent in enumerate(self.parents.tolist()):
+            depth[node] = 1 if parent < 0 else int(depth[parent]) + 1
+        return depth
+
+    @property
+    def depth(self) -> int:
+        return int(self.depths().max()) if self.size else 0
+
+    def first(self, count: int) -> "DraftTree":
+        """The first `count` nodes: still a tree, as parents come before their children."""
+        return DraftTree(self.tokens[:count], self.parents[:count])
+
+    def is_chain(self) -> bool:
+        return bool((self.parents == torch.arange(-1, self.size - 1)).all())
+
+
+def ancestry(parents: torch.Tensor, width: int | None = None) -> torch.Tensor:
+    """Which fed rows each row may attend to ([W, W] bool, W = `width` or n + 1): row r sees
+    itself and its ancestors up to the root (row 0). Rows past the tree (padding) see the root
+    and themselves only."""
+    n = parents.numel()
+    width = n + 1 if width is None else width
+    sees = torch.eye(width, dtype=torch.bool)
+    sees[:, 0] = True
+    for node, parent in enumerate(parents.tolist()):  # parents come first: their rows are complete
+        sees[node + 1] |= sees[parent + 1]
+    return sees
+
+
+def attention_bias(sees: torch.Tensor, past: int, kv_length: int, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask [1, 1, W, kv_length] in `dtype` for rows fed after `past` cached
+    positions: 0 where attending is allowed, the dtype's minimum elsewhere. transformers takes a
+    4D mask as given; a float one is right for every attention implementation (eager attention
+    adds a boolean mask as 0/1 and silently attends everywhere). Columns past the fed rows (a
+    static cache's unused capacity) are masked."""
+    width = sees.shape[0]
+    bias = torch.full((width, kv_length), torch.finfo(dtype).min, dtype=dtype, device=sees.device)
+    bias[:, :past] = 0
+    bias[:, past : past + width] = torch.zeros(sees.shape, dtype=dtype, device=sees.device).masked_fill(
+        ~sees, torch.finfo(dtype).min)
+    return bias[None, None]
+
+
+def row_positions(parents: torch.Tensor, past: int, width: int | None = None) -> torch.Tensor:
+    """Position ids [1, W]: the root at `past`, every node at `past` + its depth; padding rows sit
+    at `past` + 1 (they are scored and dropped)."""
+    n = parents.numel()
+    width = n + 1 if width is None else width
+    depth = torch.ones(width, dtype=torch.long)
+    depth[0] = 0
+    for node, parent in enumerate(parents.tolist()):
+        depth[node + 1] = depth[parent + 1] + 1
+    return (past + depth)[None]
+
+
+# --------------------------------------------------------------------------- dynamic tree search
+# expand(nodes, tokens, parents) -> log-probabilities [m, V'] of the children of each frontier
+# node (ids in the search's pool, their tokens, their parents' pool ids, -1 for the root); the
+# drafter runs its model over the frontier, each node seeing only its own ancestors, to answer.
+Expand = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class TreeCandidates:
+    """Every node the search scored: its token (in the drafter's rows), parent (-1: root) and
+    cumulative log-probability; the pool from which the final tree is cut."""
+
+    tokens: list[torch.Tensor]
+    parents: list[torch.Tensor]
+    scores: list[torch.Tensor]
+
+
+def grow_tree(root_logprobs: torch.Tensor, expand: Expand, topk: int, depth: int, total: int) -> DraftTree:
+    """EAGLE-2's dynamic tree over the drafter's rows (token ids are mapped by the caller).
+
+    Depth 1: the `topk` best children of the root. Each further depth expands the `topk` best
+    nodes of the previous depth (by cumulative log-probability, the drafter's estimate that the
+    target accepts the whole path), `topk` children each. The tree kept is the `total` best nodes
+    of everything scored (EAGLE-2's rerank); a parent scores at least as well as its children, and
+    ties go to the shallower node, so the kept set is closed under parents. `expand` is called
+    depth - 1 times, on at most `topk` nodes each."""
+    topk = max(1, min(topk, root_logprobs.shape[-1]))
+    scores, tokens = root_logprobs.topk(topk)
+    device = root_logprobs.device
+    pool_tokens, pool_parents, pool_scores, pool_depths = [tokens], [torch.full((topk,), -1, device=device)], [scores], [1]
+    frontier = torch.arange(topk, device=device)  # pool indices of the nodes to expand next
+    frontier_scores = scores
+    offset = topk
+    for level in range(2, depth + 1):
+        frontier_tokens, frontier_parents = torch.cat(pool_tokens)[frontier], torch.cat(pool_parents)[frontier]
+        logprobs = expand(frontier, frontier_tokens, frontier_parents)  # [m, V']
+        child_scores, child_tokens = logprobs.topk(topk, dim=-1)
+        child_scores = child_scores + frontier_scores[:, None]
+        child_parents = frontier[:, None].expand_as(child_tokens)
+        pool_tokens.append(child_tokens.reshape(-1))
+        pool_parents.append(child_parents.reshape(-1))
+        pool_scores.append(child_scores.reshape(-1))
+        pool_depths.append(level)
+        best = child_scores.reshape(-1).topk(min(topk, child_scores.numel())).indices
+        frontier = offset + best
+        frontier_scores = child_scores.reshape(-1)[best]
+        offset += child_tokens.numel()
+    all_tokens, all_parents, all_scores = torch.cat(pool_tokens), torch.cat(pool_parents), torch.cat(pool_scores)
+    all_depths = torch.cat([torch.full((t.numel(),), d, device=device) for t, d in zip(pool_tokens, pool_depths)])
+    return cut_tree(all_tokens, all_parents, all_scores, all_depths, total)
+
+
+def cut_tree(tokens: torch.Tensor, parents: torch.Tensor, scores: torch.Tensor, depths: torch.Tensor,
+             total: int) -> DraftTree:
+    """The `total` best candidates (score, then shallower first), renumbered in topological
+    order (by depth, then score): parents map to their new indices."""
+    score, depth, parent_of = scores.float().tolist(), depths.tolist(), parents.tolist()  # one transfer
+    order = sorted(range(len(score)), key=lambda i: (-score[i], depth[i], i))
+    kept = sorted(order[: min(total, len(score))], key=lambda i: (depth[i], -score[i], i))
+    renumber = {old: new for new, old in enumerate(kept)}
+    if any(parent_of[i] >= 0 and parent_of[i] not in renumber for i in kept):
+        raise ValueError("cut_tree: a kept node's parent was cut")  # impossible with monotone scores
+    new_parents = [-1 if parent_of[i] < 0 else renumber[parent_of[i]] for i in kept]
+    index = torch.tensor(kept, dtype=torch.long, device=tokens.device)
+    return DraftTree(tokens[index], torch.tensor(new_parents, dtype=torch.long))
+
+
+def tree_from_paths(paths: list[list[int]], total: int, device: torch.device) -> DraftTree:
+    """A trie of token paths (earlier paths preferred), cut to at most `total` nodes breadth
+    first: what a drafter without a distribution (n-gram lookup) proposes as branches."""
+    children: list[dict[int, int]] = [{}]  # trie node 0 is the root
+    trie_parent, trie_token, trie_depth = [-1], [-1], [0]
+    for path in paths:
+        node = 0
+        for token in path:
+            if token not in children[node]:
+                children[node][token] = len(trie_token)
+                children.append({})
+                trie_parent.append(node)
+                trie_token.append(token)
+                trie_depth.append(trie_depth[node] + 1)
+            node = children[node][token]
+    # breadth first, each level in insertion (preference) order
+    nodes = sorted(range(1, len(trie_token)), key=lambda i: (trie_depth[i], i))[:total]
+    renumber = {old: new for new, old in enumerate(nodes)}
+    parents = [-1 if trie_parent[i] == 0 else renumber[trie_parent[i]] for i in nodes]
+    return DraftTree(torch.tensor([trie_token[i] for i in nodes], dtype=torch.long, device=device),
+                     torch.tensor(parents, dtype=torch.long))
