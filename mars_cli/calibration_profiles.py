@@ -181,6 +181,14 @@ def load(path: str | Path) -> Profile:
     return Profile(path, validate(data, str(path)))
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Safe YAML without anchors and aliases: a block shared twice (the sampled mode's thresholds
+    at the top level too) is written out twice, so the file reads plainly."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def save(profile_data: dict[str, Any], path: str | Path) -> Path:
     """Write atomically (temporary file, then rename): a killed process never leaves a
     half-written profile behind."""
@@ -188,7 +196,8 @@ def save(profile_data: dict[str, Any], path: str | Path) -> Path:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, yaml.safe_dump(profile_data, sort_keys=False, allow_unicode=True, width=100))
+        write_atomic(path, yaml.dump(profile_data, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True,
+                                     width=100))
     except OSError as exc:
         raise UserError(f"cannot write profile {path}: {exc.strerror or exc}") from None
     return path

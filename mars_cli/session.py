@@ -55,10 +55,15 @@ def resolve_threshold(options: DecodingOptions, target: LoadedModel) -> Resolved
     if choice.note is not None:
         calibration_profiles.note_once(choice.note)  # never silently; once, though eval builds many sessions
     measure = verification.margin
-    if measure not in choice.block["thresholds"]:
-        raise UserError(f"profile {profile.path} has no {choice.name} threshold for --margin {measure}")
-    theta = calibration_profiles.threshold_at_temperature(float(choice.block["thresholds"][measure]), measure,
-                                                          temperature)
+    thresholds = choice.block["thresholds"]
+    if measure not in thresholds:  # a quality= fit sweeps one measure; its loss bound covers both
+        bound = (choice.block.get("loss_bound") or {}).get("thresholds") or {}
+        if measure not in bound:
+            raise UserError(f"profile {profile.path} has no {choice.name} threshold for --margin {measure}")
+        calibration_profiles.note_once(f"profile {profile.path.name} fitted {choice.name} quality on "
+                                       f"{', '.join(thresholds)} only; --margin {measure} uses its loss bound")
+        thresholds = bound
+    theta = calibration_profiles.threshold_at_temperature(float(thresholds[measure]), measure, temperature)
     return ResolvedThreshold(theta, str(profile.path))
 
 

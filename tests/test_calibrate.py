@@ -259,7 +259,8 @@ def test_shipped_profile_loads_and_is_used(capsys, name):
                  "--json"])
     config = json.loads(capsys.readouterr().out)["config"]
     assert code == 0 and config["threshold_source"] == str(shipped)
-    assert config["threshold"] == pytest.approx(profile.threshold("logit-ratio"))
+    greedy = profile.mode_for(0.0)  # generate decodes greedily: the greedy mode's threshold
+    assert greedy.name == "greedy" and config["threshold"] == pytest.approx(greedy.block["thresholds"]["logit-ratio"])
 
 
 def test_mismatch_with_the_same_model_name_says_the_weights_differ(tmp_path):

@@ -8,6 +8,8 @@ import copy
 import json
 import math
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -169,7 +171,10 @@ def test_malformed_modes_are_refused(tmp_path, mutate, message):
         calibration_profiles.load(path)
 
 
-@pytest.mark.parametrize("shipped", sorted(calibration_profiles.SHIPPED_DIR.glob("*.yaml")), ids=lambda p: p.name)
+OLD_PROFILES = sorted((Path(__file__).parent / "data").glob("schema1-*.yaml"))  # as shipped before modes
+
+
+@pytest.mark.parametrize("shipped", OLD_PROFILES, ids=lambda p: p.name)
 def test_old_profile_files_load_as_sampled_at_their_temperature(shipped):
     profile = calibration_profiles.load(shipped)
     assert profile.data["schema"] == 1 and "modes" not in profile.data
@@ -229,8 +234,23 @@ def test_a_jsonl_suite_without_metrics_is_refused(capsys, tmp_path, tiny_dir):
     assert code == 2 and "'plain.jsonl'" not in err and "has no task metric" in err and "math" in err
 
 
+@pytest.mark.parametrize("shipped", sorted(calibration_profiles.SHIPPED_DIR.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_profiles_hold_both_modes_and_their_sweeps(shipped, tmp_path):
+    """The embedded models' profiles are quality= fits: greedy and sampled thresholds, each
+    with its sweep and the loss bound beside it, no YAML aliases; the sweep replots."""
+    profile = calibration_profiles.load(shipped)
+    assert profile.data["schema"] == 2 and set(profile.modes()) == {"greedy", "sampled"}
+    assert "&id" not in shipped.read_text()
+    for mode in ("greedy", "sampled"):
+        block = profile.data["modes"][mode]
+        assert block["objective"]["kind"] == "quality" and block["sweep"]["rows"]
+        assert set(block["loss_bound"]["thresholds"]) == {"logit-ratio", "prob-ratio"}
+    assert main(["calibrate", "--replot", str(shipped), "--plot", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
 def test_replot_of_a_profile_without_a_sweep_is_one_line(capsys, tmp_path):
-    shipped = sorted(calibration_profiles.SHIPPED_DIR.glob("*.yaml"))[0]
+    shipped = OLD_PROFILES[0]
     code = main(["calibrate", "--replot", str(shipped), "--plot", str(tmp_path / "p.png")])
     err = capsys.readouterr().err
     assert code == 2 and "no quality sweep" in err and len(err.strip().splitlines()) == 1

@@ -284,8 +284,11 @@ class Verifier:
         parents = tree.parents.to(logits.device)
         processed = process_logits(logits, self.sampling)
         faulty = (~torch.isfinite(processed.max(dim=-1).values)).any().long()
-        top1, top2, z1, z2 = top_two(processed)
         low = margins = None
+        if self.rule == "strict" and self.sampling.greedy:  # the argmax is all strict greedy needs
+            top1 = top2 = processed.argmax(dim=-1)
+        else:
+            top1, top2, z1, z2 = top_two(processed)
         if self.rule == "mars":
             margins = margin(z1, z2, self.measure)
             low = (margins > self.threshold) & torch.isfinite(z2)
