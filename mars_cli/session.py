@@ -99,7 +99,7 @@ class Session:
         compiled = self._compiled = resolve_compile(options.model.compile, self.target)
         self.drafter = self._build_drafter()
         drafting = options.drafting
-        grows_trees = isinstance(self.drafter, (HeadDrafter, NgramDrafter))
+        grows_trees = isinstance(self.drafter, (HeadDrafter, NgramDrafter, ModelDrafter))
         # the static cache's room after the prompt: the token budget and the widest padded round
         widest = max(drafting.max_draft, cost.MAX_TREE_TOKENS if grows_trees else 0)
         self.scorer = TargetScorer(self.target, self.drafter.feature_layers, static_cache=compiled, compile=compiled,
@@ -107,9 +107,12 @@ class Session:
         self.tree = self._tree_shape() if grows_trees else cost.TreeShape(1, 0)
         if grows_trees:
             self.drafter.tree_topk, self.drafter.tree_tokens = self.tree.topk, self.tree.tokens
-        elif drafting.draft_topk not in (1, "auto"):
-            print(f"mars: note: the {self.drafter.name} drafter proposes chains only; --draft-topk "
-                  f"{drafting.draft_topk} is ignored", file=sys.stderr)
+        if isinstance(self.drafter, NgramDrafter) and isinstance(drafting.draft_topk, int) and drafting.draft_topk > 1:
+            calibration_profiles.note_once("n-gram lookup has no distribution to branch on: its tree's branches are "
+                                           "the continuations of earlier matches, as many as it finds")
+        elif drafting.draft_topk not in (1, "auto"):  # plain decoding: nothing to branch
+            print(f"mars: note: --draft {drafting.draft} proposes nothing; --draft-topk {drafting.draft_topk} "
+                  "is ignored", file=sys.stderr)
 
     def _tree_shape(self) -> cost.TreeShape:
         """--draft-topk / --draft-tokens, `auto` ones from the target's measured cost curve."""

@@ -291,3 +291,85 @@ def test_a_childs_chance_is_the_target_mass_left_by_its_earlier_siblings():
     assert chosen.tolist() == [False, True] and strict.tolist() == [False, True]
     chosen, _ = tree_sampling_accepts(p, tokens, parents, torch.tensor([0.55, 0.65]), None, None)
     assert chosen.tolist() == [False, False]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_draft_model_trees_reproduce_the_target(tiny_target, tiny_draft, seed):
+    from mars_cli.decoding.drafters import ModelDrafter
+
+    rng = random.Random(seed)
+    vocab = len(tiny_target.tokenizer)
+    prompt = random_prompt(rng, vocab, 15)
+    expected = hf_greedy(tiny_target, prompt, 30)
+    for topk, tokens in ((2, 6), (4, 16)):
+        drafter = ModelDrafter(tiny_draft, SamplingParams(0.0), None, tree_topk=topk, tree_tokens=tokens)
+        stats = DecodeStats()
+        assert decode_all(tiny_target, drafter, prompt, 30, Verifier("strict"), 4, tokens, stats=stats) == expected
+        assert stats.tree_rounds > 0
+
+
+def test_draft_model_tree_drafts_what_its_chain_drafts_first(tiny_draft):
+    """The first branch of a draft model's tree at top-k 1 is its greedy chain, computed with the
+    tree's mask and positions: the tree search and the masked forwards agree with plain drafting."""
+    from mars_cli.decoding.drafters import ModelDrafter
+
+    history = torch.tensor(random_prompt(random.Random(1), len(tiny_draft.tokenizer), 11))
+    chain = ModelDrafter(tiny_draft, SamplingParams(0.0), None).propose(history, 5)
+    tree_drafter = ModelDrafter(tiny_draft, SamplingParams(0.0), None, tree_topk=3, tree_tokens=15)
+    tree = tree_drafter.propose(history, 5).tree
+    node, path, parents = 0, [], tree.parents.tolist()
+    while True:  # follow the best child (the first, by score) from the root down
+        path.append(int(tree.tokens[node]))
+        children = [i for i, p in enumerate(parents) if p == node]
+        if not children:
+            break
+        node = children[0]
+    assert path == chain.tokens.tolist()[: len(path)] and len(path) >= 3
+    assert len(tree_drafter.cache) == history.numel()  # the drafted rows left its cache
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--draft-topk", "0"], "--draft-topk must be 'auto' or between 1 and 16"),
+    (["--draft-topk", "17"], "--draft-topk must be 'auto' or between 1 and 16"),
+    (["--draft-topk", "wide"], "--draft-topk must be 'auto' or between 1 and 16"),
+    (["--draft-tokens", "0"], "--draft-tokens must be 'auto' or between 1 and 64"),
+    (["--draft-tokens", "65"], "--draft-tokens must be 'auto' or between 1 and 64"),
+])
+def test_bad_tree_flags_are_one_line(capsys, tiny_dir, args, message):
+    from mars_cli.cli import main
+
+    code = main(["generate", "hello", "--target", str(tiny_dir), "--device", "cpu", "--draft", "ngram", "-n", "4", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_tree_wider_than_the_context_window_is_one_line(capsys, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mars_cli.cli import main
+
+    from .conftest import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=40)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    capsys.readouterr()  # transformers' own progress bar while saving
+    code = main(["generate", "hi", "--target", str(tmp_path), "--device", "cpu", "--draft", "ngram", "-n", "4",
+                 "--raw", "--draft-topk", "4", "--draft-tokens", "48"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--draft-tokens 48" in err and "context" in err
+    assert len([line for line in err.strip().splitlines() if not line.startswith("mars: note")]) == 1
+
+
+def test_generate_shows_the_tree_it_drafted(capsys, tiny_dir):
+    import json
+
+    from mars_cli.cli import main
+
+    code = main(["generate", "abcabcabcabc", "--target", str(tiny_dir), "--device", "cpu", "--draft", "ngram",
+                 "--raw", "-n", "12", "--num-draft", "3", "--draft-topk", "3", "--draft-tokens", "6", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["config"]["tree_topk"] == 3 and report["config"]["tree_tokens"] == 6
+    assert report["stats"]["accepted_length_histogram"]

@@ -19,7 +19,7 @@ from ..errors import UserError
 from ..models import LoadedModel
 from .kv import KVCache
 from .target import FeatureLayers
-from .tree import DraftTree, tree_from_paths
+from .tree import DraftTree, bias_from_visibility, grow_tree, tree_from_paths
 from .sampling import SamplingParams, probabilities, process_logits, sample
 
 
@@ -135,14 +135,18 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
 
 class ModelDrafter(Drafter):
     """A smaller causal LM with the target's vocabulary, drafting autoregressively with its
-    own KV cache, which is rolled back together with the target's."""
+    own KV cache, which is rolled back together with the target's. With `tree_topk` > 1 it grows
+    EAGLE-2's dynamic tree (decoding/tree.py), one forward of the draft model per level."""
 
     name = "model"
 
-    def __init__(self, draft: LoadedModel, sampling: SamplingParams, generator: torch.Generator | None) -> None:
+    def __init__(self, draft: LoadedModel, sampling: SamplingParams, generator: torch.Generator | None,
+                 tree_topk: int = 1, tree_tokens: int = 0) -> None:
         self.draft = draft
         self.sampling = sampling
         self.generator = generator
+        self.tree_topk = tree_topk
+        self.tree_tokens = tree_tokens
         self.cache = KVCache(draft.model)
 
     def reset(self) -> None:
@@ -154,6 +158,8 @@ class ModelDrafter(Drafter):
     @torch.inference_mode()
     def propose(self, history: torch.Tensor, k: int) -> Draft:
         feed = history[len(self.cache) :].to(self.draft.device)[None]
+        if self.tree_topk > 1:
+            return self._propose_tree(feed, k)
         tokens, rows = [], []
         for _ in range(k):
             logits = self.cache.forward(feed).logits[0, -1]
@@ -170,3 +176,40 @@ class ModelDrafter(Drafter):
             return Draft.empty(self.draft.device)
         probs = torch.stack(rows) if rows else None
         return Draft(torch.stack(tokens), probs)
+
+    def _logprobs(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(process_logits(logits, self.sampling), dim=-1)
+
+    def _propose_tree(self, feed: torch.Tensor, depth: int) -> Draft:
+        """Each level feeds the frontier after the history, every node seeing the history and
+        its own ancestors, at the position its depth gives it; the drafted rows leave the cache
+        when the tree is grown (the accepted tokens are fed again next round)."""
+        base = len(self.cache) + feed.shape[1]  # the history's length once fed
+        root = self._logprobs(self.cache.forward(feed).logits[0, -1])
+        column: dict[int, int] = {}
+        parent_of: dict[int, int] = {}
+        depth_of: dict[int, int] = {-1: 0}
+
+        def expand(nodes: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+            node_ids, parent_ids = nodes.tolist(), parents.tolist()
+            cached, count = len(self.cache), len(node_ids)
+            visible = torch.zeros(count, cached + count, dtype=torch.bool)
+            visible[:, :base] = True
+            for row, (node, parent) in enumerate(zip(node_ids, parent_ids)):
+                parent_of[node], depth_of[node] = parent, depth_of[parent] + 1
+                visible[row, cached + row] = True
+                ancestor = parent
+                while ancestor >= 0:
+                    visible[row, column[ancestor]] = True
+                    ancestor = parent_of[ancestor]
+            device = self.draft.device
+            positions = torch.tensor([[base - 1 + depth_of[node] for node in node_ids]], device=device)
+            mask = bias_from_visibility(visible, self.draft.dtype).to(device)
+            logits = self.cache.forward(tokens.to(device)[None], attention_mask=mask, position_ids=positions).logits[0]
+            for row, node in enumerate(node_ids):
+                column[node] = cached + row
+            return self._logprobs(logits)
+
+        tree = grow_tree(root, expand, self.tree_topk, depth, self.tree_tokens)
+        self.cache.truncate(base)
+        return Draft(tree.tokens, None, tree)

@@ -79,16 +79,22 @@ def ancestry(parents: torch.Tensor, width: int | None = None) -> torch.Tensor:
 
 def attention_bias(sees: torch.Tensor, past: int, kv_length: int, dtype: torch.dtype) -> torch.Tensor:
     """The additive mask [1, 1, W, kv_length] in `dtype` for rows fed after `past` cached
-    positions: 0 where attending is allowed, the dtype's minimum elsewhere. transformers takes a
-    4D mask as given; a float one is right for every attention implementation (eager attention
-    adds a boolean mask as 0/1 and silently attends everywhere). Columns past the fed rows (a
-    static cache's unused capacity) are masked."""
+    positions, which see the whole prefix and, among the fed rows, what `sees` allows. transformers
+    takes a 4D mask as given; a float one is right for every attention implementation (eager
+    attention adds a boolean mask as 0/1 and silently attends everywhere). Columns past the fed
+    rows (a static cache's unused capacity) are masked."""
     width = sees.shape[0]
-    bias = torch.full((width, kv_length), torch.finfo(dtype).min, dtype=dtype, device=sees.device)
-    bias[:, :past] = 0
-    bias[:, past : past + width] = torch.zeros(sees.shape, dtype=dtype, device=sees.device).masked_fill(
-        ~sees, torch.finfo(dtype).min)
-    return bias[None, None]
+    visible = torch.zeros(width, kv_length, dtype=torch.bool, device=sees.device)
+    visible[:, :past] = True
+    visible[:, past : past + width] = sees
+    return bias_from_visibility(visible, dtype)
+
+
+def bias_from_visibility(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[rows, columns] bool -> the float additive mask [1, 1, rows, columns]: 0 where visible,
+    the dtype's minimum elsewhere."""
+    bias = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    return bias.masked_fill(~visible, torch.finfo(dtype).min)[None, None]
 
 
 def row_positions(parents: torch.Tensor, past: int, width: int | None = None) -> torch.Tensor:
