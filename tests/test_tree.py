@@ -373,3 +373,21 @@ def test_generate_shows_the_tree_it_drafted(capsys, tiny_dir):
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["config"]["tree_topk"] == 3 and report["config"]["tree_tokens"] == 6
     assert report["stats"]["accepted_length_histogram"]
+
+
+def test_compiled_tree_decoding_equals_the_target(tiny_target):
+    """Real `torch.compile` on the static cache: tree rounds pass their mask and positions into the
+    compiled forward (one graph for the tree's width, one for plain steps) and decode as eager."""
+    from mars_cli.decoding.target import compile_unavailable
+
+    if compile_unavailable(tiny_target.device):
+        pytest.skip("no compiler here: tests/test_static_cache.py checks the refusal")
+    vocab = len(tiny_target.tokenizer)
+    prompt = random_prompt(random.Random(7), vocab, 13)
+    expected = hf_greedy(tiny_target, prompt, 20)
+    scorer = TargetScorer(tiny_target, compile=True, headroom=40)
+    drafter = RandomTreeDrafter(len(prompt), expected + [3] * 8, vocab, 6, 0)
+    tokens: list[int] = []
+    for chunk in decode(scorer, drafter, Verifier("strict"), prompt, DecodeSettings(20, 4, tree_tokens=6)):
+        tokens.extend(chunk)
+    assert tokens == expected and scorer.kind == "compiled" and scorer._widths <= {1, 7}
