@@ -83,3 +83,17 @@ def test_bad_sweep_is_refused():
 def test_profile_refuses_directory_as_plot(capsys, tmp_path, tiny_dir):
     code = main(["profile", "--target", str(tiny_dir), "--plot", str(tmp_path), "--device", "cpu"])
     assert code == 2 and "directory" in capsys.readouterr().err
+
+
+def test_profile_shows_the_draft_tree(capsys, tiny_dir):
+    """With a tree shape the report's config names it, its stats carry the tree's rounds, and the
+    rendered profile has a "draft tree" row."""
+    args = ["profile", "xa ya za xb yb zb xa ya za xb yb", "--target", str(tiny_dir), "--device", "cpu", "-n", "24",
+            "--raw", "--num-draft", "3", "--draft-topk", "3", "--draft-tokens", "8", "--overhead-repeats", "1"]
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["config"]["tree_topk"] == 3 and report["config"]["tree_tokens"] == 8
+    tree = report["stats"]["tree"]
+    assert tree is not None and tree["rounds"] > 0 and 1 <= tree["max_depth"] <= 3
+    assert main(args) == 0
+    assert "draft tree" in capsys.readouterr().out
