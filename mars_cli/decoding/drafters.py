@@ -19,7 +19,7 @@ from ..errors import UserError
 from ..models import LoadedModel
 from .kv import KVCache
 from .target import FeatureLayers
-from .tree import DraftTree, bias_from_visibility, grow_tree, tree_from_paths
+from .tree import DraftTree, FrontierRows, bias_from_visibility, grow_tree, tree_from_paths
 from .sampling import SamplingParams, probabilities, process_logits, sample
 
 
@@ -186,28 +186,14 @@ class ModelDrafter(Drafter):
         when the tree is grown (the accepted tokens are fed again next round)."""
         base = len(self.cache) + feed.shape[1]  # the history's length once fed
         root = self._logprobs(self.cache.forward(feed).logits[0, -1])
-        column: dict[int, int] = {}
-        parent_of: dict[int, int] = {}
-        depth_of: dict[int, int] = {-1: 0}
+        rows = FrontierRows(base)
 
         def expand(nodes: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
-            node_ids, parent_ids = nodes.tolist(), parents.tolist()
-            cached, count = len(self.cache), len(node_ids)
-            visible = torch.zeros(count, cached + count, dtype=torch.bool)
-            visible[:, :base] = True
-            for row, (node, parent) in enumerate(zip(node_ids, parent_ids)):
-                parent_of[node], depth_of[node] = parent, depth_of[parent] + 1
-                visible[row, cached + row] = True
-                ancestor = parent
-                while ancestor >= 0:
-                    visible[row, column[ancestor]] = True
-                    ancestor = parent_of[ancestor]
+            visible, depths = rows.place(nodes.tolist(), parents.tolist(), len(self.cache))
             device = self.draft.device
-            positions = torch.tensor([[base - 1 + depth_of[node] for node in node_ids]], device=device)
+            positions = torch.tensor([[base - 1 + depth for depth in depths]], device=device)
             mask = bias_from_visibility(visible, self.draft.dtype).to(device)
             logits = self.cache.forward(tokens.to(device)[None], attention_mask=mask, position_ids=positions).logits[0]
-            for row, node in enumerate(node_ids):
-                column[node] = cached + row
             return self._logprobs(logits)
 
         tree = grow_tree(root, expand, self.tree_topk, depth, self.tree_tokens)

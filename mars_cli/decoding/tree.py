@@ -161,6 +161,31 @@ def grow_tree(root_logprobs: torch.Tensor, expand: Expand, topk: int, depth: int
     return cut_tree(all_tokens, all_parents, all_scores, all_depths, total)
 
 
+class FrontierRows:
+    """Where a drafter's own cache holds each node it has fed while growing a tree, so the next
+    frontier attends to the right rows: the `prefix` true positions, its ancestors, itself."""
+
+    def __init__(self, prefix: int) -> None:
+        self.prefix = prefix
+        self.column: dict[int, int] = {}  # search node -> its row in the drafter's cache
+        self.parent_of: dict[int, int] = {}
+        self.depth_of: dict[int, int] = {-1: 0}
+
+    def place(self, nodes: list[int], parents: list[int], cached: int) -> tuple[torch.Tensor, list[int]]:
+        """Feed `nodes` (children of `parents`) after `cached` rows: returns which rows each may
+        see ([m, cached + m] bool) and each node's depth (its position is the root's + depth)."""
+        visible = torch.zeros(len(nodes), cached + len(nodes), dtype=torch.bool)
+        visible[:, : self.prefix] = True
+        for row, (node, parent) in enumerate(zip(nodes, parents)):
+            self.parent_of[node], self.depth_of[node] = parent, self.depth_of[parent] + 1
+            self.column[node] = cached + row
+            ancestor = node
+            while ancestor >= 0:
+                visible[row, self.column[ancestor]] = True
+                ancestor = self.parent_of[ancestor]
+        return visible, [self.depth_of[node] for node in nodes]
+
+
 def cut_tree(tokens: torch.Tensor, parents: torch.Tensor, scores: torch.Tensor, depths: torch.Tensor,
              total: int) -> DraftTree:
     """The `total` best candidates (score, then shallower first), renumbered in topological

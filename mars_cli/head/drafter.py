@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..decoding.drafters import Draft, Drafter
-from ..decoding.tree import DraftTree, grow_tree
+from ..decoding.tree import DraftTree, FrontierRows, grow_tree
 from ..decoding.sampling import SamplingParams, probabilities, process_logits, sample
 from ..errors import UserError
 from ..models import LoadedModel
@@ -217,28 +217,17 @@ class HeadDrafter(Drafter):
         step over the frontier, every pair seeing the true pairs and its own ancestors only, at the
         position its depth gives it. The tree's proposals are verified as given (no q)."""
         base = len(self.cache)  # true pairs; a node at depth d sits at position base + d - 1
+        rows = FrontierRows(base)
         state: dict[int, torch.Tensor] = {}  # search node -> the state its pair produced
-        column: dict[int, int] = {}  # search node -> its pair's column in the head's cache
-        parent_of: dict[int, int] = {}
-        depth_of: dict[int, int] = {-1: 0}
 
         def expand(nodes: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
             node_ids, parent_ids = nodes.tolist(), parents.tolist()
-            cached, count = len(self.cache), len(node_ids)
-            visible = torch.zeros(count, cached + count, dtype=torch.bool, device=root.device)
-            visible[:, :base] = True
-            for row, (node, parent) in enumerate(zip(node_ids, parent_ids)):
-                parent_of[node], depth_of[node] = parent, depth_of[parent] + 1
-                visible[row, cached + row] = True
-                ancestor = parent
-                while ancestor >= 0:
-                    visible[row, column[ancestor]] = True
-                    ancestor = parent_of[ancestor]
+            visible, depths = rows.place(node_ids, parent_ids, len(self.cache))
             fed = torch.stack([root[0] if parent < 0 else state[parent] for parent in parent_ids])
-            positions = torch.tensor([base + depth_of[node] - 1 for node in node_ids], device=root.device)
-            produced = self.head.step(fed, self.vocab_ids[tokens], self.cache, positions, visible)
+            positions = torch.tensor([base + depth - 1 for depth in depths], device=root.device)
+            produced = self.head.step(fed, self.vocab_ids[tokens], self.cache, positions, visible.to(root.device))
             for row, node in enumerate(node_ids):
-                state[node], column[node] = produced[row], cached + row
+                state[node] = produced[row]
             return torch.log_softmax(self.head.logits(produced).float(), dim=-1)
 
         root_logprobs = torch.log_softmax(self.head.logits(root[0]).float(), dim=-1)
