@@ -122,7 +122,7 @@ class Session:
             return cost.TreeShape(1, 0)
         if "auto" in (topk, tokens):
             curve = cost.curve_for(self.scorer, note=lambda text: print(f"mars: {text}", file=sys.stderr))
-            chosen = cost.tree_shape(curve, self.drafter.name)
+            chosen = cost.tree_shape(curve)
             topk = chosen.topk if topk == "auto" else topk
             tokens = chosen.tokens if tokens == "auto" else tokens
         if topk == 1:

@@ -104,3 +104,15 @@ def test_measuring_leaves_the_scorer_usable(tiny_target):
     assert len(scorer.cache) == scorer.committed == 20
     with torch.inference_mode():
         assert scorer.score(torch.tensor([3]), torch.tensor([4]), width=2).logits.shape[0] == 2
+
+
+def test_tree_shape_takes_the_widest_measured_tree_within_the_cost_ratio():
+    from mars_cli.decoding.cost import TREE_TOPK, TreeShape, tree_shape
+
+    assert tree_shape(STEEP) == TreeShape(1, 0)  # every extra position a full step: chains
+    widths = (*range(1, 18), 25, 33, 49, 65)
+    gentle = CostCurve({}, {w: 50.0 + 0.25 * w for w in widths})  # 17 wide: 1.08x; 33 wide: 1.16x
+    assert tree_shape(gentle) == TreeShape(TREE_TOPK, 24)
+    compiled = CostCurve({}, {1: 2.4, 5: 2.4, 17: 2.5})  # a compiled curve: 17 is the only tree width
+    assert tree_shape(compiled) == TreeShape(TREE_TOPK, 16)
+    assert tree_shape(CostCurve({}, {1: 2.4, 5: 2.4})) == TreeShape(1, 0)  # never extrapolated

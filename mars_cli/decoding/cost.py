@@ -27,12 +27,14 @@ from ..paths import cache_dir, write_atomic
 if TYPE_CHECKING:
     from .target import TargetScorer
 
-SCHEMA = 2  # 2: widths up to 65 (draft trees)
-DEFAULT_WIDTHS = (*range(1, 17), 25, 33, 49, 65)
+SCHEMA = 3  # 3: widths 1..17, 25, 33, 49, 65 (draft trees)
+DEFAULT_WIDTHS = (*range(1, 18), 25, 33, 49, 65)
 # A compiled scorer has one graph per width, each a compile (about 30 s cold on a GPU, 45 s on this
-# project's CPU): with `--num-draft auto` it drafts this many tokens or none, so widths 1 and 5 only.
+# project's CPU): with `--num-draft auto` a chain drafts this many tokens or none (widths 1 and 5),
+# and the curve also measures a 16-node tree's width, the one tree size `auto` may pick there.
 COMPILED_DRAFT = 4
-COMPILED_WIDTHS = (1, COMPILED_DRAFT + 1)
+COMPILED_TREE_TOKENS = 16
+COMPILED_WIDTHS = (1, COMPILED_DRAFT + 1, COMPILED_TREE_TOKENS + 1)
 CONTEXT_TOKENS = 200  # cached tokens before the timed forwards (a typical prompt + some output)
 
 
@@ -74,20 +76,22 @@ class TreeShape:
 
 MAX_TREE_TOKENS = 64
 TREE_DEPTH = 6  # `--num-draft auto` with a tree: levels searched (auto may still choose fewer, or none)
-TREE_SIZES = (8, 16, 24, 32, 48, 64)
+TREE_SIZES = (8, 16, 24, 32, 48, 64)  # a curve measures widths 9, 17, 25, 33, 49 and 65
 TREE_COST_RATIO = 1.15  # a tree may make the verification forward this much dearer than a plain step
 TREE_TOPK = 4
 
 
-def tree_shape(curve: CostCurve, drafter: str) -> TreeShape:
+def tree_shape(curve: CostCurve) -> TreeShape:
     """`--draft-topk auto` / `--draft-tokens auto`: the widest tree whose verification forward
     costs at most TREE_COST_RATIO times a plain step on this device and dtype (measured), with
     TREE_TOPK children per node; a chain where even 8 nodes cost more (float32 on a CPU, where
-    width is dear). The ratio and sizes come from the tree benchmark in docs/benchmarks.md: on
+    width is dear). Only measured widths count (a compiled curve has 1, 5 and 17). The ratio and
+    sizes come from the tree benchmark in docs/benchmarks.md: on
     this project's CPU in bfloat16, 8 and 16 nodes were fastest (1.50x and 1.49x plain), 32
     slower (1.35x): acceptance grows slowly past 16 nodes while the forward's cost keeps rising."""
     plain = curve.cost(1)
-    affordable = [n for n in TREE_SIZES if curve.cost(n + 1) <= TREE_COST_RATIO * plain]
+    measured = [n for n in TREE_SIZES if n + 1 in curve.ms_by_width]  # never an extrapolated width
+    affordable = [n for n in measured if curve.ms_by_width[n + 1] <= TREE_COST_RATIO * plain]
     if not affordable:
         return TreeShape(1, 0)
     return TreeShape(TREE_TOPK, max(affordable))
