@@ -116,3 +116,13 @@ def test_tree_shape_takes_the_widest_measured_tree_within_the_cost_ratio():
     compiled = CostCurve({}, {1: 2.4, 5: 2.4, 17: 2.5})  # a compiled curve: 17 is the only tree width
     assert tree_shape(compiled) == TreeShape(TREE_TOPK, 16)
     assert tree_shape(CostCurve({}, {1: 2.4, 5: 2.4})) == TreeShape(1, 0)  # never extrapolated
+
+
+def test_a_round_without_a_drafting_time_teaches_acceptance_only():
+    """The first round of a sequence reads the whole prompt into a head: its time says nothing
+    about drafting, so `observe(..., None)` counts its acceptance but not its time."""
+    chooser = AdaptiveDraftLength(FLAT, max_k=4)
+    chooser.observe(4, 4, None)  # a prompt-reading round: 4 accepted, time not counted
+    assert chooser.drafted == 0 and chooser.draft_s == 0.0 and chooser.accepted[:4] == [1, 1, 1, 1]
+    chooser.observe(4, 1, 0.008)
+    assert chooser.drafted == 4 and chooser.draft_s == 0.008
