@@ -186,10 +186,10 @@ class Session:
             return None
         if self._draft_length is None:
             curve = cost.curve_for(self.scorer, note=lambda text: print(f"mars: {text}", file=sys.stderr))
-            if self.tree.topk > 1:  # a tree's width is fixed; auto picks its depth (or no drafting)
+            if self.tree.topk > 1:  # a tree: its full depth or no drafting (its rerank already prunes depth)
                 width = self.tree.tokens + 1
-                lengths = (cost.TREE_DEPTH,) if self.scorer.compiled else None
-                self._draft_length = AdaptiveDraftLength(curve, cost.TREE_DEPTH, lengths, width=lambda k: width)
+                self._draft_length = AdaptiveDraftLength(curve, cost.TREE_DEPTH, (cost.TREE_DEPTH,),
+                                                         width=lambda k: width)
             elif self.scorer.compiled:
                 self._draft_length = AdaptiveDraftLength(curve, cost.COMPILED_DRAFT, lengths=(cost.COMPILED_DRAFT,))
             else:

@@ -126,3 +126,16 @@ def test_a_round_without_a_drafting_time_teaches_acceptance_only():
     assert chooser.drafted == 0 and chooser.draft_s == 0.0 and chooser.accepted[:4] == [1, 1, 1, 1]
     chooser.observe(4, 1, 0.008)
     assert chooser.drafted == 4 and chooser.draft_s == 0.008
+
+
+def test_drafting_cost_is_fitted_as_a_fixed_part_plus_a_part_per_token():
+    """Rounds of 1 and 4 tokens costing 6 and 12 ms: 4 ms fixed + 2 ms a token, so 8 tokens are
+    predicted at 20 ms (charging 6 ms a token, as one length alone would, says 48 ms)."""
+    chooser = AdaptiveDraftLength(FLAT, max_k=8)
+    chooser.observe(1, 1, 0.006)
+    assert chooser.draft_cost_ms(8) == pytest.approx(48.0)  # one length seen: proportional
+    for _ in range(3):
+        chooser.observe(1, 0, 0.006)
+        chooser.observe(4, 2, 0.012)
+    assert chooser.draft_cost_ms(8) == pytest.approx(20.0)
+    assert chooser.drafted == 4 * 1 + 3 * 4 and chooser.draft_s == pytest.approx(4 * 0.006 + 3 * 0.012)

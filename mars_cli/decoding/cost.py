@@ -109,16 +109,19 @@ def expected_tokens(acceptance: Sequence[float], k: int) -> float:
     return total
 
 
-def best_draft_length(curve: CostCurve, acceptance: Sequence[float], draft_ms: float, max_k: int,
-                      min_k: int = 1, lengths: Sequence[int] | None = None,
+def best_draft_length(curve: CostCurve, acceptance: Sequence[float], draft_ms: float | Callable[[int], float],
+                      max_k: int, min_k: int = 1, lengths: Sequence[int] | None = None,
                       width: Callable[[int], int] | None = None) -> int:
     """The k in [min_k, max_k] (and in `lengths`, when given) with the most expected tokens per
     millisecond: a round costs one forward of width k + 1 (or `width(k)`: a tree's is fixed) plus
-    k drafting steps of `draft_ms` each. k = 0, plain decoding (one forward of width 1, no
-    drafting), is allowed when min_k is 0."""
+    its drafting, `draft_ms(k)` or k steps of `draft_ms` each. k = 0, plain decoding (one forward
+    of width 1, no drafting), is allowed when min_k is 0."""
+    def drafting(k: int) -> float:
+        return draft_ms(k) if callable(draft_ms) else k * draft_ms
+
     def rate(k: int) -> float:
         fed = 1 if k == 0 else (k + 1 if width is None else width(k))
-        return expected_tokens(acceptance, k) / (curve.cost(fed) + k * draft_ms)
+        return expected_tokens(acceptance, k) / (curve.cost(fed) + (drafting(k) if k else 0.0))
 
     candidates = [k for k in range(min_k, max_k + 1) if lengths is None or k == 0 or k in lengths] or [min_k]
     return max(candidates, key=lambda k: (rate(k), -k))
@@ -255,26 +258,53 @@ class AdaptiveDraftLength:
         self.lengths = None if lengths is None else sorted({0, *lengths})
         self.examined = [0] * max_k  # rounds whose draft position i was looked at
         self.accepted = [0] * max_k  # ... and accepted
-        self.draft_s = 0.0
-        self.drafted = 0
+        self.time_by_k: dict[int, list[float]] = {}  # k -> [seconds drafting, rounds]
         self.rounds_without_draft = 0
+
+    @property
+    def drafted(self) -> int:
+        """Draft positions whose drafting time was measured."""
+        return int(sum(k * count for k, (_, count) in self.time_by_k.items()))
+
+    @property
+    def draft_s(self) -> float:
+        return sum(seconds for seconds, _ in self.time_by_k.values())
 
     def acceptance(self) -> list[float]:
         """P(draft position i accepted | all before it were), smoothed towards the prior."""
         return [(a + self.PRIOR_RATE * self.PRIOR_WEIGHT) / (e + self.PRIOR_WEIGHT)
                 for a, e in zip(self.accepted, self.examined)]
 
+    def draft_cost_ms(self, k: int) -> float:
+        """Measured drafting time of a k-token round: a fixed part (a head reads the round's true
+        pairs whatever k is) plus a part per token, fitted by least squares over the lengths seen;
+        with one length seen, proportional to k. Charging the fixed part per token instead would
+        make long drafts look dearer than they are, and the chooser would shorten them for good."""
+        points = [(length, seconds / count, count) for length, (seconds, count) in self.time_by_k.items()]
+        if not points:
+            return 0.0
+        if len(points) == 1:
+            length, seconds, _ = points[0]
+            return 1000 * seconds * k / length
+        total = sum(w for _, _, w in points)
+        mean_k = sum(x * w for x, _, w in points) / total
+        mean_t = sum(t * w for _, t, w in points) / total
+        spread = sum(w * (x - mean_k) ** 2 for x, _, w in points)
+        per_token = max(0.0, sum(w * (x - mean_k) * (t - mean_t) for x, t, w in points) / spread)
+        fixed = max(0.0, mean_t - per_token * mean_k)
+        return 1000 * (fixed + per_token * k)
+
     def choose(self, room: int) -> int:
         """The draft length for the next round, at most `room` (0: plain decoding this round)."""
         if room < 1:
             return 0
-        draft_ms = 1000 * self.draft_s / self.drafted if self.drafted else 0.0
         top = min(room, self.max_k)
-        best = best_draft_length(self.curve, self.acceptance(), draft_ms, top, 0, self.lengths, self.width)
+        cost = self.draft_cost_ms
+        best = best_draft_length(self.curve, self.acceptance(), cost, top, 0, self.lengths, self.width)
         if best == 0:
             self.rounds_without_draft += 1
             if self.rounds_without_draft % self.PROBE_EVERY == 0:  # probe: keep measuring the drafter
-                return best_draft_length(self.curve, self.acceptance(), draft_ms, top, 1, self.lengths, self.width)
+                return best_draft_length(self.curve, self.acceptance(), cost, top, 1, self.lengths, self.width)
         return best
 
     def observe(self, drafted: int, accepted: int, draft_s: float | None) -> None:
@@ -286,5 +316,6 @@ class AdaptiveDraftLength:
             if position < accepted:
                 self.accepted[position] += 1
         if drafted and draft_s is not None:
-            self.draft_s += draft_s
-            self.drafted += drafted
+            entry = self.time_by_k.setdefault(drafted, [0.0, 0])
+            entry[0] += draft_s
+            entry[1] += 1
