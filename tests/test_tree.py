@@ -391,3 +391,24 @@ def test_compiled_tree_decoding_equals_the_target(tiny_target):
     for chunk in decode(scorer, drafter, Verifier("strict"), prompt, DecodeSettings(20, 4, tree_tokens=6)):
         tokens.extend(chunk)
     assert tokens == expected and scorer.kind == "compiled" and scorer._widths <= {1, 7}
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 6), rule=st.sampled_from(["strict", "mars"]),
+       threshold=st.sampled_from([0.5, 0.9, 0.99, 1.0]))
+def test_greedy_rules_on_a_chain_shaped_tree_equal_the_chain_rules(seed, k, rule, threshold):
+    """A chain is the tree whose node i has parent i - 1: the tree rules must decide exactly as the
+    chain rules do (accepted drafts, next token, relaxed and low-margin counts)."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = 6
+    logits = torch.randn(k + 1, vocab, generator=generator) * 2 + 1
+    drafts = torch.where(torch.rand(k, generator=generator) < 0.5, logits[:k].argmax(-1),
+                         torch.randint(0, vocab, (k,), generator=generator))
+    # runner-ups too, so MARS has something to relax
+    drafts = torch.where(torch.rand(k, generator=generator) < 0.3, logits[:k].topk(2).indices[:, 1], drafts)
+    verifier = Verifier(rule, threshold=threshold)
+    chain = verifier.verify(logits, drafts)
+    tree = verifier.verify(logits, drafts, None, None, DraftTree.chain(drafts))
+    assert (tree.accepted_positions, tree.next_token, tree.relaxed, tree.low_margin) == \
+        (chain.accepted_positions, chain.next_token, chain.relaxed, chain.low_margin)
+    assert tree.examined == chain.examined
