@@ -111,8 +111,8 @@ def test_tree_shape_takes_the_widest_measured_tree_within_the_cost_ratio():
 
     assert tree_shape(STEEP) == TreeShape(1, 0)  # every extra position a full step: chains
     widths = (*range(1, 18), 25, 33, 49, 65)
-    gentle = CostCurve({}, {w: 50.0 + 0.25 * w for w in widths})  # 17 wide: 1.08x; 33 wide: 1.16x
-    assert tree_shape(gentle) == TreeShape(TREE_TOPK, 24)
+    gentle = CostCurve({}, {w: 50.0 + 0.25 * w for w in widths})  # 33 wide: 1.16x; 49 wide: 1.24x
+    assert tree_shape(gentle) == TreeShape(TREE_TOPK, 32)
     compiled = CostCurve({}, {1: 2.4, 5: 2.4, 17: 2.5})  # a compiled curve: 17 is the only tree width
     assert tree_shape(compiled) == TreeShape(TREE_TOPK, 16)
     assert tree_shape(CostCurve({}, {1: 2.4, 5: 2.4})) == TreeShape(1, 0)  # never extrapolated
@@ -139,3 +139,11 @@ def test_drafting_cost_is_fitted_as_a_fixed_part_plus_a_part_per_token():
         chooser.observe(4, 2, 0.012)
     assert chooser.draft_cost_ms(8) == pytest.approx(20.0)
     assert chooser.drafted == 4 * 1 + 3 * 4 and chooser.draft_s == pytest.approx(4 * 0.006 + 3 * 0.012)
+
+
+def test_a_trees_drafting_time_belongs_to_the_depth_it_searched():
+    chooser = AdaptiveDraftLength(FLAT, max_k=6, lengths=(6,))
+    chooser.observe(3, 1, 0.012, timed_as=6)  # searched 6 levels; its best nodes reached depth 3
+    chooser.observe(5, 4, 0.012, timed_as=6)
+    assert chooser.time_by_k == {6: [0.024, 2]} and chooser.draft_cost_ms(6) == pytest.approx(12.0)
+    assert chooser.examined[:5] == [2, 2, 1, 1, 1] and chooser.accepted[:4] == [2, 1, 1, 1]

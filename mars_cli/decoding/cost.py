@@ -77,7 +77,7 @@ class TreeShape:
 MAX_TREE_TOKENS = 64
 TREE_DEPTH = 6  # `--num-draft auto` with a tree: levels searched (auto may still choose fewer, or none)
 TREE_SIZES = (8, 16, 24, 32, 48, 64)  # a curve measures widths 9, 17, 25, 33, 49 and 65
-TREE_COST_RATIO = 1.15  # a tree may make the verification forward this much dearer than a plain step
+TREE_COST_RATIO = 1.2  # a tree may make the verification forward this much dearer than a plain step
 TREE_TOPK = 4
 
 
@@ -86,9 +86,9 @@ def tree_shape(curve: CostCurve) -> TreeShape:
     costs at most TREE_COST_RATIO times a plain step on this device and dtype (measured), with
     TREE_TOPK children per node; a chain where even 8 nodes cost more (float32 on a CPU, where
     width is dear). Only measured widths count (a compiled curve has 1, 5 and 17). The ratio and
-    sizes come from the tree benchmark in docs/benchmarks.md: on
-    this project's CPU in bfloat16, 8 and 16 nodes were fastest (1.50x and 1.49x plain), 32
-    slower (1.35x): acceptance grows slowly past 16 nodes while the forward's cost keeps rising."""
+    sizes come from the tree benchmarks in docs/benchmarks.md: on this project's CPU in bfloat16,
+    16 nodes (1.18x a plain step's cost there) were as fast as 8 or faster, 32 slower: acceptance
+    grows slowly past 16 nodes while the forward's cost keeps rising."""
     plain = curve.cost(1)
     measured = [n for n in TREE_SIZES if n + 1 in curve.ms_by_width]  # never an extrapolated width
     affordable = [n for n in measured if curve.ms_by_width[n + 1] <= TREE_COST_RATIO * plain]
@@ -307,15 +307,18 @@ class AdaptiveDraftLength:
                 return best_draft_length(self.curve, self.acceptance(), cost, top, 1, self.lengths, self.width)
         return best
 
-    def observe(self, drafted: int, accepted: int, draft_s: float | None) -> None:
+    def observe(self, drafted: int, accepted: int, draft_s: float | None, timed_as: int | None = None) -> None:
         """One round's outcome: `drafted` proposed (a tree's depth), the first `accepted` of them
         stood. `draft_s` None: the round's drafting time says nothing about drafting (the first
-        round of a sequence, when a head reads the whole prompt's features)."""
+        round of a sequence, when a head reads the whole prompt's features). `timed_as`: the
+        length the time belongs to, when not `drafted` (a tree searched k levels, whatever depth
+        its best nodes reached)."""
         for position in range(min(drafted, accepted + 1, self.max_k)):
             self.examined[position] += 1
             if position < accepted:
                 self.accepted[position] += 1
-        if drafted and draft_s is not None:
-            entry = self.time_by_k.setdefault(drafted, [0.0, 0])
+        length = drafted if timed_as is None else timed_as
+        if length and draft_s is not None:
+            entry = self.time_by_k.setdefault(length, [0.0, 0])
             entry[0] += draft_s
             entry[1] += 1

@@ -129,7 +129,9 @@ def decode(
         drafter.commit(length + len(accepted))
         depth = len(drafted) if tree is None else tree.depth
         if draft_length is not None:  # the first round reads the whole prompt: not a drafting cost
-            draft_length.observe(depth, len(accepted), draft_s if stats.rounds else None)
+            # a chain's drafting time goes with the tokens drafted; a tree's with the depth searched
+            draft_length.observe(depth, len(accepted), draft_s if stats.rounds else None,
+                                 timed_as=None if tree is None else k)
         clock.lap("rollback")
 
         emitted, reason = _cut_at_eos_or_budget(emitted, eos, budget - produced)
