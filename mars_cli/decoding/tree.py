@@ -46,11 +46,9 @@ class DraftTree:
         return self.tokens.numel()
 
     def depths(self) -> torch.Tensor:
-        """Depth of every node (a child of the root has depth 1), [n] long."""
-        depth = torch.zeros(self.size, dtype=torch.long)
-        for node, parent in enumerate(self.parents.tolist()):
-            depth[node] = 1 if parent < 0 else int(depth[parent]) + 1
-        return depth
+        """Depth of every node (a child of the root has depth 1), [n] long: its ancestors and
+        itself, below the root."""
+        return self.ancestry()[1:, 1:].sum(dim=-1)
 
     @property
     def depth(self) -> int:
