@@ -3,8 +3,8 @@
 It keeps the target's features for the positions in the target's cache (handed over by the loop
 from the verification passes) and its own small cache of the pairs it has read. Each round it
 reads the new true pairs, then drafts k tokens (or, with `tree_topk` > 1, a tree of k levels)
-feeding back its own predicted states; before
-the next round the drafted pairs are dropped from its cache and the true ones take their place.
+feeding back its own predicted states; before the next round the drafted pairs are dropped from
+its cache and the true ones take their place.
 Two head formats draft the same way: an EAGLE-3 head directory (eagle3.py, the public format)
 and the original single-file head (model.DraftHead).
 """
