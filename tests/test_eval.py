@@ -296,3 +296,16 @@ def test_methods_share_one_loaded_draft_model(tiny_target, tiny_draft_dir):
     assert drafts["vanilla"] is None
     models = {id(model) for name, model in drafts.items() if name != "vanilla"}
     assert len(models) == 1  # loaded once, not once per method
+
+
+def test_methods_take_a_tree_shape_and_sweep_tree_adds_every_shape():
+    from mars_cli.evaluation.runner import parse_methods, parse_tree_sweep
+
+    methods = parse_methods("strict:head+4x16,mars", [], parse_tree_sweep("1,8x32"))
+    changes = {m.name: m.changes for m in methods}
+    assert list(changes) == ["vanilla", "strict:head+4x16", "mars", "mars+1", "mars+8x32"]
+    assert changes["strict:head+4x16"] == {"verify": "strict", "draft": "head", "draft_topk": 4, "draft_tokens": 16}
+    assert changes["mars+1"] == {"verify": "mars", "draft_topk": 1}
+    assert changes["mars+8x32"] == {"verify": "mars", "draft_topk": 8, "draft_tokens": 32}
+    with pytest.raises(UserError, match="tree shape"):
+        parse_tree_sweep("4by16")
