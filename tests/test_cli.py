@@ -156,7 +156,7 @@ def test_commands_keep_their_own_defaults_and_flags():
 
     commands = typer.main.get_command(app).commands
     flags = {name: {p.name: p for p in command.params} for name, command in commands.items()}
-    assert [flags[name]["draft"].default for name in ("generate", "profile", "eval")] == ["none", "ngram", "ngram"]
+    assert [flags[name]["draft"].default for name in ("generate", "profile", "eval")] == ["auto", "ngram", "ngram"]
     assert "verify" not in flags["eval"] and "force" in flags["eval"] and "force" in flags["profile"]
     assert flags["calibrate"]["temperature"].default == 1.0 and "device_map" not in flags["calibrate"]
     assert flags["train-head"]["max_new_tokens"].default == 256 and "num_draft" in flags["train-head"]

@@ -28,7 +28,7 @@ def hf_greedy(loaded, prompt_ids: list[int], max_new: int) -> list[int]:
 
 
 def test_generate_cli_matches_transformers_greedy(capsys, smollm2):
-    code = main(["generate", PROMPTS[0], "--json", "-n", "24"])
+    code = main(["generate", PROMPTS[0], "--json", "-n", "24", "--draft", "none"])
     payload = json.loads(capsys.readouterr().out)
     assert code == 0
     session = Session(DecodingOptions.of(max_new_tokens=24), target=smollm2)
@@ -37,6 +37,18 @@ def test_generate_cli_matches_transformers_greedy(capsys, smollm2):
     assert "Paris" in payload["text"]
     assert payload["stats"]["mean_accepted"] == 1.0 and payload["stats"]["rounds"] == payload["new_tokens"]
     assert payload["config"]["target"] == "smollm2-135m"
+
+
+def test_default_generate_drafts_head_trees_losslessly_in_float32(capsys, smollm2):
+    """The default drafter is the shipped head; as a tree (forced: float32 auto picks chains on a
+    CPU where width is dear) strict decoding is still the target's own greedy output."""
+    code = main(["generate", PROMPTS[1], "--json", "-n", "32", "--dtype", "float32", "--draft-topk", "4",
+                 "--draft-tokens", "16", "--num-draft", "5"])
+    payload = json.loads(capsys.readouterr().out)
+    session = Session(DecodingOptions.of(max_new_tokens=32, draft="none"), target=smollm2)
+    assert code == 0 and payload["config"]["drafter"] == "head" and payload["stats"]["tree"] is not None
+    assert payload["token_ids"] == hf_greedy(smollm2, session.encode(PROMPTS[1]), 32)
+    assert payload["stats"]["mean_accepted"] > 1.0
 
 
 @pytest.mark.parametrize("draft", ["ngram", "head"])

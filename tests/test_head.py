@@ -344,10 +344,10 @@ def test_cli_trains_a_head_that_generate_then_finds(capsys, tiny_dir, tmp_path, 
         assert payload["config"]["draft_head"] == (None if draft == "none" else str(written))
         outputs.append(payload["token_ids"])
     assert outputs[0] == outputs[1] == outputs[2]
-    # without a head for the target, `auto` decodes plainly
+    # without a head for the target, `auto` drafts with prompt lookup
     monkeypatch.setenv("MARS_HEADS", str(tmp_path / "no-heads"))
     code, out, err = run_cli(capsys, "generate", "hello abc", *common, "--draft", "auto", "-n", "5", "--json")
-    assert code == 0 and json.loads(out)["config"]["drafter"] == "none"
+    assert code == 0 and json.loads(out)["config"]["drafter"] == "ngram"
 
 
 @pytest.mark.parametrize("args, message", [
