@@ -412,3 +412,35 @@ def test_greedy_rules_on_a_chain_shaped_tree_equal_the_chain_rules(seed, k, rule
     assert (tree.accepted_positions, tree.next_token, tree.relaxed, tree.low_margin) == \
         (chain.accepted_positions, chain.next_token, chain.relaxed, chain.low_margin)
     assert tree.examined == chain.examined
+
+
+def test_past_a_sliding_window_trees_become_their_first_branch(tmp_path):
+    """A model with sliding-window layers: trees while the sequence is within the window, then
+    the tree's first branch as a chain; the output stays the target's greedy output."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from .conftest import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                           sliding_window=24, eos_token_id=2, pad_token_id=0)
+    model = MistralForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    target = load_model(str(tmp_path), device="cpu", dtype="float32")
+    vocab = len(tokenizer)
+    prompt = random_prompt(random.Random(2), vocab, 10)
+    expected = hf_greedy(target, prompt, 30, eos=None)
+    drafter = RandomTreeDrafter(len(prompt), expected + [3] * 8, vocab, 6, 0)
+    stats = DecodeStats()
+    tokens: list[int] = []
+    settings = DecodeSettings(30, 4, tree_tokens=6, ignore_eos=True)
+    for chunk in decode(TargetScorer(target), drafter, Verifier("strict"), prompt, settings, None, stats):
+        tokens.extend(chunk)
+    assert tokens == expected
+    assert 0 < stats.tree_rounds < stats.rounds  # trees early, chains past the window
+    assert DraftTree(torch.tensor([5, 6, 7, 8]), torch.tensor([-1, -1, 0, 1])).first_branch().tolist() == [5, 7]

@@ -99,6 +99,8 @@ def decode(
             tree = _fit_tree(draft.tree, k, None if window is None else window - length - 1)
             draft_tokens = pending[:0] if tree is None else tree.tokens.to(target.device)
             draft_probs = None  # a tree's proposals are verified as given (verifiers.py)
+            if tree is not None and not scorer.tree_fits(max(tree_width, tree.size + 1)):
+                draft_tokens, tree = tree.first_branch().to(target.device), None  # past a sliding window
         else:
             draft_tokens = draft.tokens[:k].to(target.device) if draft else pending[:0]
             draft_probs = draft.probs[:k] if draft and draft.probs is not None else None

@@ -254,13 +254,18 @@ class TargetScorer:
         self.committed = min(self.committed, length)
         self._features = None
 
+    def tree_fits(self, width: int) -> bool:
+        """Whether a tree `width` rows wide can be scored at this position: a model with sliding-
+        window layers gets one mask for every layer, right only while the sequence is within the
+        shortest window (the loop then drafts the tree's first branch as a chain)."""
+        window = sliding_window(self.target.model)
+        return window is None or self.committed + width <= window
+
     def _tree_layout(self, tree: DraftTree, width: int) -> dict[str, torch.Tensor]:
         """The mask and position ids of a tree fed after the committed cache (padded to `width`)."""
         past = self.committed
-        window = sliding_window(self.target.model)
-        if window is not None and past + width > window:
-            raise UserError(f"a draft tree at position {past + width} is past the model's sliding window ({window}); "
-                            "decode with --draft-topk 1")
+        if not self.tree_fits(width):  # the loop checks first; a caller that did not gets a clear error
+            raise ValueError(f"a draft tree at position {past + width} is past the model's sliding window")
         kv_length = self.cache.capacity if isinstance(self.cache, StaticKVCache) else past + width
         device = self.target.device
         bias = attention_bias(ancestry(tree.parents, width), past, kv_length, self.target.dtype)

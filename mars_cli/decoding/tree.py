@@ -58,6 +58,17 @@ class DraftTree:
         """The first `count` nodes: still a tree, as parents come before their children."""
         return DraftTree(self.tokens[:count], self.parents[:count])
 
+    def first_branch(self) -> torch.Tensor:
+        """The tokens along each node's first child from the root: the drafter's preferred path,
+        what a chain would have drafted."""
+        parents, path, node = self.parents.tolist(), [], -1
+        while True:
+            child = next((i for i, parent in enumerate(parents) if parent == node), None)
+            if child is None:
+                return self.tokens[path] if path else self.tokens[:0]
+            path.append(child)
+            node = child
+
     def is_chain(self) -> bool:
         return bool((self.parents == torch.arange(-1, self.size - 1)).all())
 
