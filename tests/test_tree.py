@@ -444,3 +444,28 @@ def test_past_a_sliding_window_trees_become_their_first_branch(tmp_path):
     assert tokens == expected
     assert 0 < stats.tree_rounds < stats.rounds  # trees early, chains past the window
     assert DraftTree(torch.tensor([5, 6, 7, 8]), torch.tensor([-1, -1, 0, 1])).first_branch().tolist() == [5, 7]
+
+
+def test_sampled_decoding_with_draft_model_trees_follows_the_target(tiny_target, tiny_draft):
+    """End to end through the loop, sampling at T = 1 with draft-model trees (top-3, 8 nodes): the
+    first generated token, an accepted child of the root or the correction drawn after all were
+    rejected, follows the target's distribution."""
+    from mars_cli.decoding.drafters import ModelDrafter
+    from mars_cli.decoding.loop import make_generator
+
+    from .test_loop import assert_follows
+
+    sampling = SamplingParams(1.0)
+    prompt = [5, 6, 7]
+    with torch.no_grad():
+        p_first = torch.softmax(tiny_target.model(torch.tensor([prompt])).logits[0, -1].float(), -1)
+    draws, counts = 1200, torch.zeros_like(p_first)
+    generator = make_generator(tiny_target.device, 0)
+    verifier = Verifier("strict", sampling=sampling)
+    drafter = ModelDrafter(tiny_draft, sampling, None, tree_topk=3, tree_tokens=8)
+    stats = DecodeStats()
+    for _ in range(draws):
+        first = decode_all(tiny_target, drafter, prompt, 2, verifier, 3, 8, generator, stats)[0]
+        counts[first] += 1
+    assert_follows(counts, p_first, draws)
+    assert stats.tree_rounds > 0
