@@ -223,16 +223,21 @@ def curves(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------------------- decode
-DECODE_METHODS = {  # name -> (kind, options)
+DECODE_METHODS = {  # name -> (kind, options); chains are explicit (--draft-topk 1), trees 4 x 16
     "hf-generate": ("hf", {}),
     "plain": ("ours", {"draft": "none", "compile": "off"}),
     "plain-compiled": ("ours", {"draft": "none", "compile": "on"}),
-    "ngram-strict": ("ours", {"draft": "ngram", "verify": "strict", "compile": "off"}),
-    "ngram-strict-compiled": ("ours", {"draft": "ngram", "verify": "strict", "compile": "on"}),
-    "head-strict": ("ours", {"draft": "head", "verify": "strict", "compile": "off"}),
-    "head-strict-compiled": ("ours", {"draft": "head", "verify": "strict", "compile": "on"}),
-    "head-mars-compiled": ("ours", {"draft": "head", "verify": "mars", "margin": "logit-ratio", "threshold": 0.9,
+    "ngram-strict": ("ours", {"draft": "ngram", "draft_topk": 1, "verify": "strict", "compile": "off"}),
+    "ngram-strict-compiled": ("ours", {"draft": "ngram", "draft_topk": 1, "verify": "strict", "compile": "on"}),
+    "head-strict": ("ours", {"draft": "head", "draft_topk": 1, "verify": "strict", "compile": "off"}),
+    "head-strict-compiled": ("ours", {"draft": "head", "draft_topk": 1, "verify": "strict", "compile": "on"}),
+    "head-mars-compiled": ("ours", {"draft": "head", "draft_topk": 1, "verify": "mars", "margin": "logit-ratio",
+                                    "threshold": 0.9, "compile": "on"}),
+    "head-tree-compiled": ("ours", {"draft": "head", "draft_topk": 4, "draft_tokens": 16, "verify": "strict",
                                     "compile": "on"}),
+    "head-tree-mars-compiled": ("ours", {"draft": "head", "draft_topk": 4, "draft_tokens": 16, "verify": "mars",
+                                         "margin": "logit-ratio", "threshold": 0.9, "compile": "on"}),
+    "default-compiled": ("ours", {"draft": "auto", "compile": "on"}),  # what `mars generate` does on CUDA
 }
 
 
