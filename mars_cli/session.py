@@ -186,9 +186,9 @@ class Session:
             return None
         if self._draft_length is None:
             curve = cost.curve_for(self.scorer, note=lambda text: print(f"mars: {text}", file=sys.stderr))
-            if self.tree.topk > 1:  # a tree: its full depth or no drafting (its rerank already prunes depth)
+            if self.tree.topk > 1:  # a tree: its depth (levels searched) or no drafting; its width is fixed
                 width = self.tree.tokens + 1
-                self._draft_length = AdaptiveDraftLength(curve, cost.TREE_DEPTH, (cost.TREE_DEPTH,),
+                self._draft_length = AdaptiveDraftLength(curve, cost.TREE_DEPTH, cost.TREE_DEPTHS,
                                                          width=lambda k: width)
             elif self.scorer.compiled:
                 self._draft_length = AdaptiveDraftLength(curve, cost.COMPILED_DRAFT, lengths=(cost.COMPILED_DRAFT,))

@@ -75,7 +75,8 @@ class TreeShape:
 
 
 MAX_TREE_TOKENS = 64
-TREE_DEPTH = 6  # `--num-draft auto` with a tree: levels searched (auto may still choose fewer, or none)
+TREE_DEPTH = 6  # `--num-draft auto` with a tree: the most levels searched
+TREE_DEPTHS = (3, 4, 5, 6)  # the depths auto chooses from (or none); each level is one drafter step
 TREE_SIZES = (8, 16, 24, 32, 48, 64)  # a curve measures widths 9, 17, 25, 33, 49 and 65
 TREE_COST_RATIO = 1.2  # a tree may make the verification forward this much dearer than a plain step
 TREE_TOPK = 4
