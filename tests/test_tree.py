@@ -378,10 +378,13 @@ def test_generate_shows_the_tree_it_drafted(capsys, tiny_dir):
 def test_compiled_tree_decoding_equals_the_target(tiny_target):
     """Real `torch.compile` on the static cache: tree rounds pass their mask and positions into the
     compiled forward (one graph for the tree's width, one for plain steps) and decode as eager."""
-    from mars_cli.decoding.target import compile_unavailable
+    from mars_cli.decoding.target import compile_unavailable, resolve_compile
+    from mars_cli.errors import UserError
 
-    if compile_unavailable(tiny_target.device):
-        pytest.skip("no compiler here: tests/test_static_cache.py checks the refusal")
+    if compile_unavailable(tiny_target.device):  # without a compiler the promise is a clear refusal
+        with pytest.raises(UserError, match="--compile on: "):
+            resolve_compile("on", tiny_target)
+        return
     vocab = len(tiny_target.tokenizer)
     prompt = random_prompt(random.Random(7), vocab, 13)
     expected = hf_greedy(tiny_target, prompt, 20)

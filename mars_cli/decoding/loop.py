@@ -97,10 +97,11 @@ def decode(
         tree = None
         if draft is not None and draft.tree is not None:  # as many nodes as fit the window, as deep as k
             tree = _fit_tree(draft.tree, k, None if window is None else window - length - 1)
-            draft_tokens = pending[:0] if tree is None else tree.tokens.to(target.device)
             draft_probs = None  # a tree's proposals are verified as given (verifiers.py)
             if tree is not None and not scorer.tree_fits(max(tree_width, tree.size + 1)):
                 draft_tokens, tree = tree.first_branch().to(target.device), None  # past a sliding window
+            else:
+                draft_tokens = pending[:0] if tree is None else tree.tokens.to(target.device)
         else:
             draft_tokens = draft.tokens[:k].to(target.device) if draft else pending[:0]
             draft_probs = draft.probs[:k] if draft and draft.probs is not None else None
@@ -129,7 +130,8 @@ def decode(
         if features is not None:
             drafter.observe_features(features)
         drafter.commit(length + len(accepted))
-        depth = len(drafted) if tree is None else tree.depth
+        tree_depth = None if tree is None else tree.depth
+        depth = len(drafted) if tree_depth is None else tree_depth
         if draft_length is not None:  # the first round reads the whole prompt: not a drafting cost
             # a chain's drafting time goes with the tokens drafted; a tree's with the depth searched
             draft_length.observe(depth, len(accepted), draft_s if stats.rounds else None,
@@ -150,7 +152,7 @@ def decode(
         pending = emitted_tensor[-1:].to(target.device)
         margins = verdict.margins.tolist() if settings.record_margins and verdict.margins is not None else None
         stats.record(len(drafted), min(len(accepted), len(emitted)), len(emitted), float(logprob),
-                     verdict.relaxed, verdict.examined, verdict.low_margin, margins, depth=depth)
+                     verdict.relaxed, verdict.examined, verdict.low_margin, margins, tree_depth=tree_depth)
         if reason is None and stop_checker.hit(history[:length]):
             reason = "stop_string"
         clock.lap("other")
@@ -173,13 +175,7 @@ def _fit_tree(tree: DraftTree, max_depth: int, max_nodes: int | None) -> DraftTr
     None when nothing is left."""
     if tree.size == 0:
         return None
-    depths = tree.depths()
-    if int(depths.max()) > max_depth:
-        keep = torch.nonzero(depths <= max_depth)[:, 0]
-        renumber = torch.full((tree.size,), -1, dtype=torch.long)
-        renumber[keep] = torch.arange(keep.numel())
-        parents = tree.parents[keep]
-        tree = DraftTree(tree.tokens[keep.to(tree.tokens.device)], torch.where(parents < 0, parents, renumber[parents.clamp_min(0)]))
+    tree = tree.within_depth(max_depth)
     if max_nodes is not None and tree.size > max_nodes:
         tree = tree.first(max(max_nodes, 0))
     return tree if tree.size else None

@@ -78,12 +78,12 @@ class DecodeStats:
 
     def record(self, drafted: int, accepted: int, emitted: int, logprob: float = 0.0, relaxed: int = 0,
                examined: int = 0, low_margin: int = 0, margins: list[float] | None = None,
-               depth: int | None = None) -> None:
+               tree_depth: int | None = None) -> None:
         """One round: `drafted` tokens proposed, the first `accepted` of them emitted, `emitted`
         tokens in all (accepted + the target's own), their summed log-probability, and the
         verifier's counts (relaxed acceptances, examined and low-margin positions, margins).
-        `depth`: a tree's depth (its nodes are `drafted`); per-position acceptance is then per
-        depth, and `accepted` the depth reached. A chain's depth is its length."""
+        `tree_depth`: the round drafted a tree this deep (its nodes are `drafted`); per-position
+        acceptance is then per depth, and `accepted` the depth reached."""
         self.rounds += 1
         self.drafted += drafted
         self.accepted += accepted
@@ -95,8 +95,8 @@ class DecodeStats:
         if margins:
             self.margins.extend(margins)
         self.accepted_per_round[accepted] += 1
-        depth = drafted if depth is None else depth
-        if depth != drafted:
+        depth = drafted if tree_depth is None else tree_depth
+        if tree_depth is not None:
             self.tree_rounds += 1
             self.tree_nodes += drafted
         self.max_depth = max(self.max_depth, depth)

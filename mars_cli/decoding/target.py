@@ -26,7 +26,7 @@ import torch
 from ..errors import UserError
 from ..models import LoadedModel
 from .kv import KVCache, StaticCacheUnsupported, StaticKVCache, compile_forward, sliding_window, static_cache_problem
-from .tree import DraftTree, ancestry, attention_bias, row_positions
+from .tree import DraftTree, attention_bias
 
 FeatureLayers = tuple[int, ...]
 LAST_LAYER: FeatureLayers = (-1,)  # what the LM head reads (after the final norm)
@@ -139,6 +139,7 @@ class TargetScorer:
         window = target.context_window
         self.max_length = min(x for x in (max_length, window, sys.maxsize) if x is not None)
         self.fallback = fallback
+        self.sliding_window = sliding_window(target.model)  # trees are scored only within it
         self.cache: KVCache | StaticKVCache = KVCache(target.model)
         self.committed = 0  # cache positions that are final (the loop's history minus `pending`)
         self._features: torch.Tensor | None = None  # last pass's features, until `keep` reads them
@@ -258,8 +259,7 @@ class TargetScorer:
         """Whether a tree `width` rows wide can be scored at this position: a model with sliding-
         window layers gets one mask for every layer, right only while the sequence is within the
         shortest window (the loop then drafts the tree's first branch as a chain)."""
-        window = sliding_window(self.target.model)
-        return window is None or self.committed + width <= window
+        return self.sliding_window is None or self.committed + width <= self.sliding_window
 
     def _tree_layout(self, tree: DraftTree, width: int) -> dict[str, torch.Tensor]:
         """The mask and position ids of a tree fed after the committed cache (padded to `width`)."""
@@ -268,8 +268,8 @@ class TargetScorer:
             raise ValueError(f"a draft tree at position {past + width} is past the model's sliding window")
         kv_length = self.cache.capacity if isinstance(self.cache, StaticKVCache) else past + width
         device = self.target.device
-        bias = attention_bias(ancestry(tree.parents, width), past, kv_length, self.target.dtype)
-        return {"attention_mask": bias.to(device), "position_ids": row_positions(tree.parents, past, width).to(device)}
+        bias = attention_bias(tree.ancestry(width), past, kv_length, self.target.dtype)
+        return {"attention_mask": bias.to(device), "position_ids": tree.positions(past, width).to(device)}
 
     def _forward(self, feed: torch.Tensor, eager: bool = False, layout: dict | None = None) -> Scored:
         ids = feed[None].to(self.target.device)

@@ -35,11 +35,20 @@ class DraftTree:
     def chain(cls, tokens: torch.Tensor) -> "DraftTree":
         return cls(tokens, torch.arange(-1, tokens.numel() - 1))
 
-    def ancestry(self) -> torch.Tensor:
-        """[n + 1, n + 1] bool on the CPU (see `ancestry`), computed once."""
+    def ancestry(self, width: int | None = None) -> torch.Tensor:
+        """[W, W] bool on the CPU, W = `width` or n + 1 (see `ancestry`); the tree's own rows are
+        computed once, padding rows added around them."""
         if self._ancestry is None:
             self._ancestry = ancestry(self.parents)
-        return self._ancestry
+        return _pad_rows(self._ancestry, width)
+
+    def positions(self, past: int, width: int | None = None) -> torch.Tensor:
+        """Position ids [1, W]: the root at `past`, every node at `past` + its depth; padding
+        rows at `past` + 1 (they are scored and dropped)."""
+        depth = torch.ones(width or self.size + 1, dtype=torch.long)
+        depth[0] = 0
+        depth[1 : self.size + 1] = self.depths()
+        return (past + depth)[None]
 
     @property
     def size(self) -> int:
@@ -53,6 +62,18 @@ class DraftTree:
     @property
     def depth(self) -> int:
         return int(self.depths().max()) if self.size else 0
+
+    def within_depth(self, max_depth: int) -> "DraftTree":
+        """The nodes at most `max_depth` deep, renumbered (still in topological order)."""
+        depths = self.depths()
+        if self.size == 0 or int(depths.max()) <= max_depth:
+            return self
+        keep = torch.nonzero(depths <= max_depth)[:, 0]
+        renumber = torch.full((self.size,), -1, dtype=torch.long)
+        renumber[keep] = torch.arange(keep.numel())
+        parents = self.parents[keep]
+        return DraftTree(self.tokens[keep.to(self.tokens.device)],
+                         torch.where(parents < 0, parents, renumber[parents.clamp_min(0)]))
 
     def first(self, count: int) -> "DraftTree":
         """The first `count` nodes: still a tree, as parents come before their children."""
@@ -77,13 +98,21 @@ def ancestry(parents: torch.Tensor, width: int | None = None) -> torch.Tensor:
     """Which fed rows each row may attend to ([W, W] bool, W = `width` or n + 1): row r sees
     itself and its ancestors up to the root (row 0). Rows past the tree (padding) see the root
     and themselves only."""
-    n = parents.numel()
-    width = n + 1 if width is None else width
-    sees = torch.eye(width, dtype=torch.bool)
+    sees = torch.eye(parents.numel() + 1, dtype=torch.bool)
     sees[:, 0] = True
     for node, parent in enumerate(parents.tolist()):  # parents come first: their rows are complete
         sees[node + 1] |= sees[parent + 1]
-    return sees
+    return _pad_rows(sees, width)
+
+
+def _pad_rows(sees: torch.Tensor, width: int | None) -> torch.Tensor:
+    """`sees` with padding rows up to `width`, each seeing the root and itself."""
+    if width is None or width <= sees.shape[0]:
+        return sees
+    padded = torch.eye(width, dtype=torch.bool)
+    padded[:, 0] = True
+    padded[: sees.shape[0], : sees.shape[0]] = sees
+    return padded
 
 
 def attention_bias(sees: torch.Tensor, past: int, kv_length: int, dtype: torch.dtype) -> torch.Tensor:
@@ -104,18 +133,6 @@ def bias_from_visibility(visible: torch.Tensor, dtype: torch.dtype) -> torch.Ten
     the dtype's minimum elsewhere."""
     bias = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
     return bias.masked_fill(~visible, torch.finfo(dtype).min)[None, None]
-
-
-def row_positions(parents: torch.Tensor, past: int, width: int | None = None) -> torch.Tensor:
-    """Position ids [1, W]: the root at `past`, every node at `past` + its depth; padding rows sit
-    at `past` + 1 (they are scored and dropped)."""
-    n = parents.numel()
-    width = n + 1 if width is None else width
-    depth = torch.ones(width, dtype=torch.long)
-    depth[0] = 0
-    for node, parent in enumerate(parents.tolist()):
-        depth[node + 1] = depth[parent + 1] + 1
-    return (past + depth)[None]
 
 
 # --------------------------------------------------------------------------- dynamic tree search
