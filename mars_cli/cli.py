@@ -380,6 +380,7 @@ def eval_command(
     """Compare decoding methods for speed and quality on benchmark suites; gate CI jobs on it."""
     from .evaluation import report as reporting
     from .evaluation import runner as ev
+    from .evaluation.methods import parse_methods, parse_sweep, parse_tree_sweep
     from .evaluation.results import Gates, build_results, run_signature
     from .evaluation.suites import load_suites
 
@@ -388,8 +389,8 @@ def eval_command(
     require(limit is None or limit >= 1, f"--limit must be at least 1, got {limit}")
     gates = Gates(min_speedup, max_quality_drop)
     gates.validate()
-    method_list = ev.parse_methods(methods, ev.parse_sweep(sweep) if sweep else [],
-                                   ev.parse_tree_sweep(sweep_tree) if sweep_tree else None)
+    method_list = parse_methods(methods, parse_sweep(sweep) if sweep else [],
+                                parse_tree_sweep(sweep_tree) if sweep_tree else None)
     specs, suites = load_suites(suite, limit, allow_code_execution)
     strict_sandbox = True
     if allow_code_execution and any(s.needs_execution for s in suites):

@@ -18,7 +18,8 @@ from mars_cli.evaluation.metrics import (
     rouge_l,
     token_agreement,
 )
-from mars_cli.evaluation.runner import check_gates, parse_methods, parse_sweep
+from mars_cli.evaluation.methods import parse_methods, parse_sweep
+from mars_cli.evaluation.results import check_gates
 from mars_cli.evaluation.suites import BUILTIN, load_suite
 
 
@@ -299,7 +300,7 @@ def test_methods_share_one_loaded_draft_model(tiny_target, tiny_draft_dir):
 
 
 def test_methods_take_a_tree_shape_and_sweep_tree_adds_every_shape():
-    from mars_cli.evaluation.runner import parse_methods, parse_tree_sweep
+    from mars_cli.evaluation.methods import parse_methods, parse_tree_sweep
 
     methods = parse_methods("strict:head+4x16,mars", [], parse_tree_sweep("1,8x32"))
     changes = {m.name: m.changes for m in methods}

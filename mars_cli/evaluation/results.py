@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from ..errors import require
 from ..options import DecodingOptions
 from ..session import Session
-from .runner import Method, aggregate, check_gates
+from .aggregate import aggregate
+from .methods import Method
 from .suites import Suite
 
 
@@ -29,6 +30,27 @@ class Gates:
     @property
     def active(self) -> bool:
         return self.min_speedup is not None or self.max_quality_drop is not None
+
+
+def check_gates(rows: list[dict], min_speedup: float | None, max_quality_drop: float | None) -> list[str]:
+    """Failures, each a sentence naming the method and the figure; empty when all pass."""
+    failures = []
+    base = next((row for row in rows if row["method"] == "vanilla"), None)
+    for row in rows:
+        if row["method"] == "vanilla":
+            continue
+        if min_speedup is not None and (row["speedup"] or 0.0) < min_speedup:
+            failures.append(f"{row['method']}: speedup {row['speedup']:.3f}x < {min_speedup}x")
+        if max_quality_drop is None:
+            continue
+        if base and base["task_metric"] is not None and row["task_metric"] is not None:
+            drop = base["task_metric"] - row["task_metric"]
+            if drop > max_quality_drop:
+                failures.append(f"{row['method']}: task metric drops by {drop:.3f} > {max_quality_drop}")
+        if row["agreement_rouge_l"] is not None and 1 - row["agreement_rouge_l"] > max_quality_drop:
+            failures.append(f"{row['method']}: agreement with vanilla (ROUGE-L) {row['agreement_rouge_l']:.3f} "
+                            f"is more than {max_quality_drop} below 1")
+    return failures
 
 
 def run_signature(specs: list[str], limit: int | None, methods: list[Method], repeats: int,

@@ -1,16 +1,15 @@
-"""`mars eval`: run methods over suites on one loaded target, interleaved per sample, and
-aggregate speed and quality. Finished samples are appended to samples.jsonl as they complete
-(flushed and fsynced), so an interrupted run keeps them and `--resume` continues it."""
+"""`mars eval`: run methods over suites on one loaded target, interleaved per sample, and score
+each output. Finished samples are appended to samples.jsonl as they complete (flushed and
+fsynced), so an interrupted run keeps them and `--resume` continues it. The method list comes
+from methods.py; the table from aggregate.py; the gates from results.py."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import re
 import statistics
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,83 +21,9 @@ from ..paths import create_directory, write_atomic
 from ..options import DecodingOptions
 from ..session import Session
 from . import execution
-from .metrics import chrf, exact_number, extract_code, rouge_l, token_agreement, words
+from .methods import Method
+from .metrics import chrf, exact_number, extract_code, rouge_l, words
 from .suites import Sample, Suite
-
-BASE_METHODS = {
-    "vanilla": {"draft": "none", "verify": "strict"},
-    "strict": {"verify": "strict"},
-    "mars": {"verify": "mars"},
-}
-
-
-@dataclass(frozen=True)
-class Method:
-    name: str
-    changes: dict
-
-
-def parse_sweep(text: str) -> list[float]:
-    try:
-        start, stop, step = (float(part) for part in text.split(":"))
-    except ValueError:
-        raise UserError(f"--sweep {text!r}: expected START:STOP:STEP, e.g. 0.80:0.98:0.02") from None
-    if not (0 < start <= stop <= 1) or step <= 0:
-        raise UserError(f"--sweep {text!r}: thresholds must satisfy 0 < START <= STOP <= 1 and STEP > 0")
-    count = int(round((stop - start) / step)) + 1
-    return [round(start + i * step, 6) for i in range(count) if start + i * step <= stop + 1e-9]
-
-
-def parse_tree_shape(text: str) -> dict:
-    """`TOPKxTOKENS` (e.g. 4x16) or `1` (a chain) -> the drafting changes it stands for."""
-    topk, _, tokens = text.strip().partition("x")
-    try:
-        shape = {"draft_topk": int(topk)} if not tokens and int(topk) == 1 else \
-            {"draft_topk": int(topk), "draft_tokens": int(tokens)}
-    except ValueError:
-        raise UserError(f"tree shape {text!r}: expected TOPKxTOKENS (e.g. 4x16) or 1 for a chain") from None
-    return shape
-
-
-def _shape_of(name: str) -> tuple[str, str | None]:
-    """A method name without its `+SHAPE` suffix, and the shape (None when it has none)."""
-    spec, plus, shape = name.rpartition("+")
-    if plus and re.fullmatch(r"\d+(x\d+)?", shape):
-        return spec, shape
-    return name, None
-
-
-def parse_tree_sweep(text: str) -> list[str]:
-    shapes = [part.strip() for part in text.split(",") if part.strip()]
-    require(bool(shapes), f"--sweep-tree {text!r}: expected shapes like 1,4x8,4x16")
-    for shape in shapes:
-        parse_tree_shape(shape)
-    return shapes
-
-
-def parse_methods(text: str, sweep: list[float], tree_sweep: list[str] | None = None) -> list[Method]:
-    """`rule` or `rule:drafter` (e.g. strict:ngram, mars:head) so drafters compare in one run;
-    `+SHAPE` fixes a method's draft tree (strict:head+4x16, strict+1 for a chain). `tree_sweep`
-    adds every non-vanilla method at each shape."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if tree_sweep:
-        names += [f"{name}+{shape}" for name in list(names) if name != "vanilla" and _shape_of(name)[1] is None
-                  for shape in tree_sweep]
-    unknown = [name for name in names if _shape_of(name)[0].partition(":")[0] not in BASE_METHODS]
-    if unknown:
-        raise UserError(f"unknown method {unknown[0]!r}: choose from {', '.join(BASE_METHODS)}, "
-                        f"optionally with :DRAFTER (e.g. strict:head)")
-    if "vanilla" not in names:
-        names.insert(0, "vanilla")  # every speedup and agreement figure is measured against it
-    methods = []
-    for name in dict.fromkeys(names):
-        spec, shape = _shape_of(name)
-        rule, _, drafter = spec.partition(":")
-        require(not (rule == "vanilla" and (drafter or shape)), f"method {name!r}: vanilla decodes without a drafter")
-        tree = parse_tree_shape(shape) if shape else {}
-        methods.append(Method(name, {**BASE_METHODS[rule], **({"draft": drafter} if drafter else {}), **tree}))
-    methods += [Method(f"mars@{theta:g}", {"verify": "mars", "threshold": theta}) for theta in sweep]
-    return methods
 
 
 # --------------------------------------------------------------------------- scoring
@@ -169,9 +94,11 @@ class SampleLog:
                   f"{'its sample runs' if dropped == 1 else 'their samples run'} again", file=sys.stderr)
 
     def done(self) -> set[tuple[str, str, str]]:
+        """The keys already finished, which --resume skips."""
         return {(r["suite"], r["sample_id"], r["method"]) for r in self.records}
 
     def append(self, record: dict) -> None:
+        """Keep the record and make it durable before the next sample starts."""
         self.records.append(record)
         if self.path is None:
             return
@@ -249,6 +176,7 @@ def _trim_at_stop_string(text: str, stops: tuple[str, ...]) -> str:
 
 
 def rss_mb() -> float:
+    """Resident memory now (peak where /proc is missing), recorded per sample to catch leaks."""
     try:
         with open("/proc/self/statm") as handle:
             return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -318,82 +246,3 @@ def prepare_out_dir(out_dir: Path | None, resume: bool, signature: dict) -> Path
         require(not samples.exists(), f"{out_dir} already holds a run: pass --resume to continue it, or use another --out")
         write_atomic(run_file, json.dumps(signature, indent=1))
     return samples
-
-
-# --------------------------------------------------------------------------- aggregation
-def aggregate(records: list[dict], methods: list[Method], suites: list[str]) -> dict:
-    """Per suite and overall: one row per method, speed and quality side by side."""
-    table: dict[str, list[dict]] = {}
-    for scope in [*suites, "all"] if len(suites) > 1 else suites:
-        chosen = [r for r in records if scope == "all" or r["suite"] == scope]
-        vanilla = {(r["suite"], r["sample_id"]): r for r in chosen if r["method"] == "vanilla"}
-        rows = []
-        for method in methods:
-            mine = [r for r in chosen if r["method"] == method.name]
-            if not mine:
-                continue
-            rows.append(_row(method.name, mine, vanilla))
-        base = next((row for row in rows if row["method"] == "vanilla"), None)
-        for row in rows:
-            row["speedup"] = row["tokens_per_s"] / base["tokens_per_s"] if base and base["tokens_per_s"] else None
-        table[scope] = rows
-    return table
-
-
-def _histogram(counts) -> dict[str, int]:
-    """Rounds by accepted drafts (a tree's accepted depth), summed over samples."""
-    total: dict[int, int] = {}
-    for count in counts:
-        for n, rounds in count.items():
-            total[int(n)] = total.get(int(n), 0) + rounds
-    return {str(n): total[n] for n in sorted(total)}
-
-
-def _row(name: str, mine: list[dict], vanilla: dict) -> dict:
-    tokens = sum(r["new_tokens"] for r in mine)
-    wall = sum(r["wall_s"] for r in mine)
-    drafted = sum(r["drafted"] for r in mine)
-    accepted = sum(r["accepted"] for r in mine)
-    positions = max((len(r["drafted_at"]) for r in mine), default=0)
-    drafted_at = [sum(r["drafted_at"][i] for r in mine if i < len(r["drafted_at"])) for i in range(positions)]
-    accepted_at = [sum(r["accepted_at"][i] for r in mine if i < len(r["accepted_at"])) for i in range(positions)]
-    paired = [(r, vanilla[(r["suite"], r["sample_id"])]) for r in mine if (r["suite"], r["sample_id"]) in vanilla]
-    scores = [r["task_score"] for r in mine if r.get("task_score") is not None]
-    return {
-        "method": name,
-        "samples": len(mine),
-        "new_tokens": tokens,
-        "tokens_per_s": tokens / wall if wall else 0.0,
-        "tau": tokens / max(1, sum(r["rounds"] for r in mine)),
-        "acceptance_rate": accepted / drafted if drafted else 0.0,
-        "relaxed_share": sum(r["relaxed"] for r in mine) / accepted if accepted else 0.0,
-        "per_position_acceptance": [a / d if d else 0.0 for a, d in zip(accepted_at, drafted_at)],
-        "accepted_length_histogram": _histogram(r.get("accepted_per_round", {}) for r in mine),
-        "task_metric": statistics.mean(scores) if scores else None,
-        "agreement_tokens": statistics.mean(token_agreement(r["token_ids"], v["token_ids"]) for r, v in paired) if paired else None,
-        "agreement_rouge_l": statistics.mean(rouge_l(r["token_ids"], v["token_ids"]) for r, v in paired) if paired else None,
-        "mean_logprob": sum(r["sum_logprob"] for r in mine) / tokens if tokens else 0.0,
-        "peak_rss_mb": max(r["rss_mb"] for r in mine),
-        **({"cuda_peak_mb": max(r["cuda_peak_mb"] for r in mine)} if "cuda_peak_mb" in mine[0] else {}),
-    }
-
-
-def check_gates(rows: list[dict], min_speedup: float | None, max_quality_drop: float | None) -> list[str]:
-    """Failures, each a sentence naming the method and the figure; empty when all pass."""
-    failures = []
-    base = next((row for row in rows if row["method"] == "vanilla"), None)
-    for row in rows:
-        if row["method"] == "vanilla":
-            continue
-        if min_speedup is not None and (row["speedup"] or 0.0) < min_speedup:
-            failures.append(f"{row['method']}: speedup {row['speedup']:.3f}x < {min_speedup}x")
-        if max_quality_drop is None:
-            continue
-        if base and base["task_metric"] is not None and row["task_metric"] is not None:
-            drop = base["task_metric"] - row["task_metric"]
-            if drop > max_quality_drop:
-                failures.append(f"{row['method']}: task metric drops by {drop:.3f} > {max_quality_drop}")
-        if row["agreement_rouge_l"] is not None and 1 - row["agreement_rouge_l"] > max_quality_drop:
-            failures.append(f"{row['method']}: agreement with vanilla (ROUGE-L) {row['agreement_rouge_l']:.3f} "
-                            f"is more than {max_quality_drop} below 1")
-    return failures
