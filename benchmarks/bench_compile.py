@@ -46,6 +46,7 @@ def child(args: argparse.Namespace) -> dict:
     from mars_cli.decoding.drafters import NgramDrafter, NoDrafter
     from mars_cli.decoding.loop import DecodeSettings, decode
     from mars_cli.decoding.target import STATIC_BLOCK, TargetScorer
+    from mars_cli.decoding.tree import DraftTree
     from mars_cli.decoding.verifiers import Verifier
     from mars_cli.models import load_model
     from mars_cli.prompts import encode_messages
@@ -80,7 +81,7 @@ def child(args: argparse.Namespace) -> dict:
         ids = torch.randint(0, target.vocab_size, (CONTEXT + width,), generator=torch.Generator().manual_seed(0))
         scorer.start(ids[:CONTEXT])
         begin = time.perf_counter()
-        scorer.score(ids[CONTEXT:CONTEXT + 1], ids[CONTEXT + 1:], width=width)
+        scorer.score(ids[CONTEXT:CONTEXT + 1], DraftTree.chain(ids[CONTEXT + 1:]), width=width)
         seconds = time.perf_counter() - begin
         scorer.rewind(CONTEXT)
         return round(seconds, 2)
@@ -90,7 +91,7 @@ def child(args: argparse.Namespace) -> dict:
         scorer.start(ids[:CONTEXT])
 
         def run(width: int) -> None:
-            scorer.score(ids[CONTEXT:CONTEXT + 1], ids[CONTEXT + 1:CONTEXT + width], width=width)
+            scorer.score(ids[CONTEXT:CONTEXT + 1], DraftTree.chain(ids[CONTEXT + 1:CONTEXT + width]), width=width)
             scorer.rewind(CONTEXT)
 
         with torch.inference_mode():

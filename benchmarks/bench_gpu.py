@@ -33,6 +33,7 @@ from mars_cli.decoding.cost import time_widths
 from mars_cli.decoding.drafters import NoDrafter
 from mars_cli.decoding.loop import DecodeSettings, decode
 from mars_cli.decoding.target import STATIC_BLOCK, TargetScorer
+from mars_cli.decoding.tree import DraftTree
 from mars_cli.decoding.verifiers import Verifier
 from mars_cli.models import LoadedModel, load_model
 
@@ -112,7 +113,7 @@ def width_curve(scorer: TargetScorer, widths: list[int], repeats: int) -> dict[s
     scorer.start(ids[:CONTEXT])
 
     def run(width: int) -> None:
-        scorer.score(ids[CONTEXT:CONTEXT + 1], ids[CONTEXT + 1:CONTEXT + width], width=width)
+        scorer.score(ids[CONTEXT:CONTEXT + 1], DraftTree.chain(ids[CONTEXT + 1:CONTEXT + width]), width=width)
         scorer.rewind(CONTEXT)
 
     with torch.inference_mode():
@@ -127,7 +128,7 @@ def first_call_s(scorer: TargetScorer, width: int) -> float:
     ids = ids.to(scorer.target.device)
     scorer.start(ids[:CONTEXT])
     begin = time.perf_counter()
-    scorer.score(ids[CONTEXT:CONTEXT + 1], ids[CONTEXT + 1:], width=width)
+    scorer.score(ids[CONTEXT:CONTEXT + 1], DraftTree.chain(ids[CONTEXT + 1:]), width=width)
     synchronizer(scorer.target.device)()
     seconds = time.perf_counter() - begin
     scorer.rewind(CONTEXT)

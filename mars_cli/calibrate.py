@@ -38,7 +38,8 @@ from . import __version__, calibration_profiles
 from .calibration_profiles import SCHEMA_VERSION
 from . import calibration_sweep as sweeping
 from .calibration_profiles import MODES
-from .decoding.verifiers import MARGIN_MEASURES, TopTwoRecorder, margin
+from .decoding.rules import MARGIN_MEASURES, margin
+from .decoding.verifiers import TopTwoRecorder
 from .errors import UserError, check_seed, require
 from .paths import user_profile_dir, write_atomic
 from .prompts import held_out, load_prompts

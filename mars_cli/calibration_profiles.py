@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .decoding.verifiers import MARGIN_MEASURES
+from .decoding.rules import MARGIN_MEASURES
 from .errors import UserError
 from .paths import user_profile_dir, write_atomic
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from .decoding.sampling import SamplingParams
-from .decoding.verifiers import MARGIN_MEASURES
+from .decoding.rules import MARGIN_MEASURES
 from .errors import check_seed, require
 from .models import DEFAULT_TARGET
 
@@ -64,8 +64,6 @@ class DraftOptions:
     head_confidence: float = DEFAULT_HEAD_CONFIDENCE  # draft head: stop drafting below this
     draft_topk: int | str = AUTO  # children per tree node (1: a chain), or "auto" (decoding/cost.py)
     draft_tokens: int | str = AUTO  # nodes per tree, or "auto"
-    ngram_max: int = 3
-    ngram_min: int = 1
 
     def __post_init__(self) -> None:
         for name in ("num_draft", "draft_topk", "draft_tokens"):  # "4" from the command line

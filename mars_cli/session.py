@@ -13,12 +13,14 @@ from typing import Callable, Iterator
 import torch
 
 from .head.drafter import HeadDrafter, find_head, load_head
+from .head.model import PairHead
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from .decoding.loop import DecodeSettings, decode, make_generator
 from .decoding import cost
 from .decoding.cost import AdaptiveDraftLength
 from .decoding.stats import DecodeStats
 from .decoding.target import TargetScorer, resolve_compile
+from .decoding.tree import CHAIN, TreeShape
 from .decoding.verifiers import DEFAULT_THRESHOLD, Verifier
 from . import calibration_profiles
 from .errors import UserError, require
@@ -97,61 +99,70 @@ class Session:
         )
         self.draft_model: LoadedModel | None = draft_model
         compiled = self._compiled = resolve_compile(options.model.compile, self.target)
-        self.drafter = self._build_drafter()
+        # drafter -> the features it reads -> scorer -> cost curve -> tree shape -> drafter: the
+        # drafter's source is resolved first, the drafter built last, with its shape
+        kind, head = self._drafter_source()
         drafting = options.drafting
-        grows_trees = isinstance(self.drafter, (HeadDrafter, NgramDrafter, ModelDrafter))
         # the static cache's room after the prompt: the token budget and the widest padded round
-        widest = max(drafting.max_draft, cost.MAX_TREE_TOKENS if grows_trees else 0)
-        self.scorer = TargetScorer(self.target, self.drafter.feature_layers, static_cache=compiled, compile=compiled,
+        widest = max(drafting.max_draft, cost.MAX_TREE_TOKENS if kind != "none" else 0)
+        feature_layers = () if head is None else head.feature_layers_for(self.target.model)
+        self.scorer = TargetScorer(self.target, feature_layers, static_cache=compiled, compile=compiled,
                                    headroom=options.max_new_tokens + widest + 2, fallback=options.model.compile == "auto")
-        self.tree = self._tree_shape() if grows_trees else cost.TreeShape(1, 0)
-        if grows_trees:
-            self.drafter.tree_topk, self.drafter.tree_tokens = self.tree.topk, self.tree.tokens
-        if isinstance(self.drafter, NgramDrafter) and isinstance(drafting.draft_topk, int) and drafting.draft_topk > 1:
+        self.tree = CHAIN if kind == "none" else self._tree_shape()
+        self.drafter = self._build_drafter(kind, head, self.tree)
+        if kind == "ngram" and isinstance(drafting.draft_topk, int) and drafting.draft_topk > 1:
             calibration_profiles.note_once("n-gram lookup has no distribution to branch on: its tree's branches are "
                                            "the continuations of earlier matches, as many as it finds")
-        elif drafting.draft_topk not in (1, "auto"):  # plain decoding: nothing to branch
+        elif kind == "none" and drafting.draft_topk not in (1, "auto"):  # plain decoding: nothing to branch
             print(f"mars: note: --draft {drafting.draft} proposes nothing; --draft-topk {drafting.draft_topk} "
                   "is ignored", file=sys.stderr)
 
-    def _tree_shape(self) -> cost.TreeShape:
+    def _tree_shape(self) -> TreeShape:
         """--draft-topk / --draft-tokens, `auto` ones from the target's measured cost curve."""
         drafting = self.options.drafting
         topk, tokens = drafting.draft_topk, drafting.draft_tokens
         if topk == 1:
-            return cost.TreeShape(1, 0)
+            return CHAIN
         if "auto" in (topk, tokens):
             curve = cost.curve_for(self.scorer, note=lambda text: print(f"mars: {text}", file=sys.stderr))
             chosen = cost.tree_shape(curve)
             topk = chosen.topk if topk == "auto" else topk
             tokens = chosen.tokens if tokens == "auto" else tokens
         if topk == 1:
-            return cost.TreeShape(1, 0)
+            return CHAIN
         room = self.scorer.max_length - 1
         require(tokens < room, f"--draft-tokens {tokens}: a tree that wide does not fit the model's context "
                                f"({room + 1} positions)")
-        return cost.TreeShape(int(topk), int(tokens))
+        return TreeShape(int(topk), int(tokens))
 
-    def _build_drafter(self) -> Drafter:
-        drafting, sampling = self.options.drafting, self.options.sampling
-        spec = drafting.draft
-        if spec == "none":
-            return NoDrafter(self.target.device)
-        seed = None if sampling.seed is None else sampling.seed + 1
+    def _drafter_source(self) -> tuple[str, PairHead | None]:
+        """Which kind of drafter --draft names ("none", "ngram", "head" or "model") and, for a
+        head, the head loaded and checked; a draft model is loaded (or shared) and checked here."""
+        spec = self.options.drafting.draft
         if spec == "auto":  # the target's draft head when it has one, prompt lookup otherwise
             found = find_head(self.target)
             spec = "ngram" if found is None else f"head:{found}"
-        if spec == "ngram":
-            return NgramDrafter(self.target.device, drafting.ngram_max, drafting.ngram_min)
+        if spec in ("none", "ngram"):
+            return spec, None
         if spec == "head" or spec.startswith("head:"):
-            head = load_head(spec, self.target, self.options.model.allow_pickle)
-            return HeadDrafter(head, self.target, sampling.params, make_generator(self.target.output_device, seed),
-                               drafting.head_confidence, compile=self._compiled)
+            return "head", load_head(spec, self.target, self.options.model.allow_pickle)
         shared = self.draft_model is not None and self.draft_model.spec == spec
         draft = self.draft_model if shared else self.options.model.load(spec)
         check_same_vocabulary(self.target, draft)
         self.draft_model = draft
-        return ModelDrafter(draft, sampling.params, make_generator(draft.device, seed))
+        return "model", None
+
+    def _build_drafter(self, kind: str, head: PairHead | None, shape: TreeShape) -> Drafter:
+        drafting, sampling = self.options.drafting, self.options.sampling
+        seed = None if sampling.seed is None else sampling.seed + 1
+        if kind == "none":
+            return NoDrafter(self.target.device)
+        if kind == "ngram":
+            return NgramDrafter(self.target.device, shape)
+        if kind == "head":
+            return HeadDrafter(head, self.target, sampling.params, make_generator(self.target.output_device, seed),
+                               drafting.head_confidence, compile=self._compiled, shape=shape)
+        return ModelDrafter(self.draft_model, sampling.params, make_generator(self.draft_model.device, seed), shape)
 
     # ------------------------------------------------------------------ prompts
     def encode(self, prompt: str) -> list[int]:

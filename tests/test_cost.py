@@ -10,6 +10,7 @@ import torch
 
 from mars_cli.decoding import cost
 from mars_cli.decoding.cost import AdaptiveDraftLength, CostCurve, best_draft_length, expected_tokens
+from mars_cli.decoding.tree import DraftTree
 from mars_cli.decoding.target import TargetScorer
 
 STEEP = CostCurve({}, {w: 50.0 * w for w in range(1, 17)})  # every extra position costs a full step
@@ -103,11 +104,12 @@ def test_measuring_leaves_the_scorer_usable(tiny_target):
     assert set(curve.ms_by_width) == {1, 4} and all(ms > 0 for ms in curve.ms_by_width.values())
     assert len(scorer.cache) == scorer.committed == 20
     with torch.inference_mode():
-        assert scorer.score(torch.tensor([3]), torch.tensor([4]), width=2).logits.shape[0] == 2
+        assert scorer.score(torch.tensor([3]), DraftTree.chain(torch.tensor([4])), width=2).logits.shape[0] == 2
 
 
 def test_tree_shape_takes_the_widest_measured_tree_within_the_cost_ratio():
-    from mars_cli.decoding.cost import TREE_TOPK, TreeShape, tree_shape
+    from mars_cli.decoding.cost import TREE_TOPK, tree_shape
+    from mars_cli.decoding.tree import TreeShape
 
     assert tree_shape(STEEP) == TreeShape(1, 0)  # every extra position a full step: chains
     widths = (*range(1, 18), 25, 33, 49, 65)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from mars_cli.decoding.cost import AdaptiveDraftLength, CostCurve
-from mars_cli.decoding.drafters import Draft, Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
+from mars_cli.decoding.tree import DraftTree
+from mars_cli.decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from mars_cli.decoding.loop import DecodeSettings, decode, make_generator
 from mars_cli.decoding.sampling import SamplingParams
 from mars_cli.decoding.stats import DecodeStats
@@ -53,14 +54,14 @@ class ScriptedDrafter(Drafter):
     def reset(self) -> None:
         self.rng = random.Random(0)
 
-    def propose(self, history: torch.Tensor, k: int) -> Draft:
+    def propose(self, history: torch.Tensor, k: int) -> DraftTree:
         produced = history.shape[0] - self.prompt_len
         tokens = list(self.continuation[produced: produced + k])
         tokens += [3] * (k - len(tokens))  # past the known continuation: arbitrary tokens
         for i in range(len(tokens)):
             if self.always_wrong or self.rng.random() < self.wrong_share:
                 tokens[i] = (tokens[i] + 1) % self.vocab
-        return Draft(torch.tensor(tokens, dtype=torch.long))
+        return DraftTree.chain(torch.tensor(tokens, dtype=torch.long))
 
 
 def random_prompt(rng: random.Random, vocab: int, length: int) -> list[int]:
@@ -79,7 +80,7 @@ def test_every_drafter_reproduces_target_greedy_output(tiny_target, tiny_draft, 
     for k in (1, 2, 4, 7):
         drafters = [
             NoDrafter(tiny_target.device),
-            NgramDrafter(tiny_target.device, 3, 1),
+            NgramDrafter(tiny_target.device),
             ModelDrafter(tiny_draft, SamplingParams(0.0), None),
             ScriptedDrafter(len(prompt), expected, vocab),
             ScriptedDrafter(len(prompt), expected, vocab, always_wrong=True),
@@ -98,7 +99,7 @@ def test_adaptive_draft_length_stays_lossless(tiny_target, seed):
     expected = hf_greedy(tiny_target, prompt, 40)
     for costs in ({w: 50.0 * w for w in range(1, 10)}, {w: 50.0 + w for w in range(1, 10)}):
         chooser = AdaptiveDraftLength(CostCurve({}, costs), max_k=8)
-        for drafter in (NgramDrafter(tiny_target.device, 3, 1),
+        for drafter in (NgramDrafter(tiny_target.device),
                         ScriptedDrafter(len(prompt), expected, vocab, wrong_share=0.3)):
             tokens: list[int] = []
             settings = DecodeSettings(40, 8, adaptive_draft=True)
@@ -239,7 +240,7 @@ def test_model_drafter_rolls_back_its_cache(tiny_target, tiny_draft):
 def test_padded_rounds_feed_k_plus_one_and_change_nothing(tiny_target, monkeypatch):
     """Short drafts are padded to k + 1 target positions (cheaper on CPU than odd widths); the
     padding is scored and dropped, so tokens and stats are those of the unpadded loop."""
-    from mars_cli.decoding import kv
+    from mars_cli.decoding import kv, loop
 
     widths: list[int] = []
     original = kv.KVCache.forward
@@ -253,12 +254,14 @@ def test_padded_rounds_feed_k_plus_one_and_change_nothing(tiny_target, monkeypat
     expected = hf_greedy(tiny_target, prompt, 30)
     results = {}
     for pad in (True, False):
+        if not pad:  # every round fed at its own width
+            monkeypatch.setattr(loop, "padded_width", lambda tree, depth, tree_tokens: tree.size + 1)
         widths.clear()
         stats = DecodeStats()
         settings = DecodeSettings(30, 4)
         tokens = []
         drafter = ShortScriptedDrafter(len(prompt), expected, len(tiny_target.tokenizer), wrong_share=0.3)
-        scorer = TargetScorer(tiny_target, pad_drafts=pad)
+        scorer = TargetScorer(tiny_target)
         for chunk in decode(scorer, drafter, Verifier("strict"), prompt, settings, None, stats):
             tokens.extend(chunk)
         results[pad] = (tokens, stats.drafted, stats.accepted, stats.rounds, list(widths[1:]))
@@ -271,9 +274,9 @@ def test_padded_rounds_feed_k_plus_one_and_change_nothing(tiny_target, monkeypat
 class ShortScriptedDrafter(ScriptedDrafter):
     """Proposes between 0 and k of the scripted tokens (a varying draft length)."""
 
-    def propose(self, history: torch.Tensor, k: int) -> Draft:
+    def propose(self, history: torch.Tensor, k: int) -> DraftTree:
         full = super().propose(history, k)
-        return Draft(full.tokens[: self.rng.randrange(0, k + 1)])
+        return full.first(self.rng.randrange(0, k + 1))
 
 
 def test_bfloat16_is_the_only_difference(tiny_dir, tiny_target):

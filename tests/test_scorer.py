@@ -9,6 +9,8 @@ import torch
 from mars_cli.decoding.kv import KVCache
 from mars_cli.decoding.stats import DecodeStats
 from mars_cli.decoding.target import LAST_LAYER, TargetScorer, select_features
+from mars_cli.decoding.tree import DraftTree
+from mars_cli.decoding.verifiers import Verdict
 
 PREFIX = [5, 9, 14, 20, 7]
 
@@ -94,7 +96,7 @@ def test_scorer_hands_over_the_features_of_the_kept_rows(tiny_target):
     scorer = TargetScorer(tiny_target, LAST_LAYER)
     prefill = scorer.start(torch.tensor(PREFIX[:-1]))
     assert prefill.shape[0] == len(PREFIX) - 1
-    scored = scorer.score(torch.tensor(PREFIX[-1:]), torch.tensor([3, 4]), width=5)  # padded to 5
+    scored = scorer.score(torch.tensor(PREFIX[-1:]), DraftTree.chain(torch.tensor([3, 4])), width=5)  # padded to 5
     assert scored.logits.shape[0] == 3 and scored.features.shape[0] == 3
     kept = scorer.keep([0, 1])
     torch.testing.assert_close(kept, scored.features[:2])
@@ -107,25 +109,33 @@ def test_scorer_hands_over_the_features_of_the_kept_rows(tiny_target):
 def test_scorer_without_feature_layers_returns_none(tiny_target):
     scorer = TargetScorer(tiny_target)
     assert scorer.start(torch.tensor(PREFIX[:-1])) is None
-    scored = scorer.score(torch.tensor(PREFIX[-1:]), torch.tensor([3]), width=2)
+    scored = scorer.score(torch.tensor(PREFIX[-1:]), DraftTree.chain(torch.tensor([3])), width=2)
     assert scored.features is None and scorer.keep([0]) is None
+
+
+def chain(n: int) -> DraftTree:
+    return DraftTree.chain(torch.arange(3, 3 + n))
+
+
+def verdict(accepted: list[int], relaxed: int, examined: int, low: int, margins: list[float] | None) -> Verdict:
+    return Verdict(accepted, 0, relaxed, examined, low, None if margins is None else torch.tensor(margins))
 
 
 def test_stats_merge_adds_every_counter():
     first, second = DecodeStats(), DecodeStats()
-    first.record(4, 2, 3, -1.5, relaxed=1, examined=3, low_margin=1, margins=[0.95, 0.5, 0.2])
+    first.record(verdict([0, 1], 1, 3, 1, [0.95, 0.5, 0.2]), chain(4), 3, -1.5)
     first.wall_s, first.phase_s["target"] = 1.0, 0.8
     first.end_round(1.0)
-    second.record(2, 2, 3, -0.5, relaxed=0, examined=2, low_margin=2, margins=[0.97, 0.99])
+    second.record(verdict([0, 1], 0, 2, 2, [0.97, 0.99]), chain(2), 3, -0.5)
     second.end_round(0.5)
-    second.record(6, 0, 1, -0.25, examined=1)
+    second.record(verdict([], 0, 1, 0, None), chain(6), 1, -0.25)
     second.end_round(2.0)
     second.wall_s, second.phase_s["target"] = 2.0, 1.5
     second.finish_reason = "eos"
     first.merge(second)
     assert (first.rounds, first.drafted, first.accepted, first.new_tokens) == (3, 12, 4, 7)
     assert (first.relaxed, first.examined, first.low_margin) == (1, 6, 3)
-    assert first.margins == [0.95, 0.5, 0.2, 0.97, 0.99]
+    assert first.margins == pytest.approx([0.95, 0.5, 0.2, 0.97, 0.99])
     assert first.sum_logprob == pytest.approx(-2.25)
     assert first.drafted_at == [3, 3, 2, 2, 1, 1] and first.accepted_at == [2, 2, 0, 0, 0, 0]
     assert first.accepted_per_round == {2: 2, 0: 1}

@@ -17,6 +17,7 @@ from mars_cli.decoding.drafters import ModelDrafter, NgramDrafter, NoDrafter
 from mars_cli.decoding.kv import StaticCacheUnsupported, StaticKVCache
 from mars_cli.decoding.loop import DecodeSettings, decode
 from mars_cli.decoding.sampling import SamplingParams
+from mars_cli.decoding.tree import DraftTree
 from mars_cli.decoding.target import LAST_LAYER, TargetScorer
 from mars_cli.decoding.verifiers import Verifier
 from mars_cli.errors import UserError
@@ -40,7 +41,7 @@ def drafters_for(target, draft, prompt, expected):
     vocab = len(target.tokenizer)
     return [
         NoDrafter(target.device),
-        NgramDrafter(target.device, 3, 1),
+        NgramDrafter(target.device),
         ModelDrafter(draft, SamplingParams(0.0), None),
         ScriptedDrafter(len(prompt), expected, vocab, wrong_share=0.3),  # partial acceptance, rollback
         ShortScriptedDrafter(len(prompt), expected, vocab, wrong_share=0.3),  # short drafts: padded
@@ -112,7 +113,7 @@ def test_compiled_scorer_feeds_only_widths_it_has_compiled(tiny_target, monkeypa
     prompt = [5, 9, 14, 20, 5, 9, 14]
     expected = hf_greedy(tiny_target, prompt, 30)
     drafter = ShortScriptedDrafter(len(prompt), expected, len(tiny_target.tokenizer), wrong_share=0.3)
-    scorer = TargetScorer(tiny_target, compile=True, pad_drafts=False, headroom=40)
+    scorer = TargetScorer(tiny_target, compile=True, headroom=40)
     assert decode_all(scorer, drafter, [prompt, prompt], 30, 4) == [expected, expected]
     assert scorer.kind == "compiled" and set(fed) == {1, 5}
 
@@ -187,7 +188,7 @@ def test_a_sequence_longer_than_the_static_cache_fails_clearly(tiny_target, caps
     scorer = TargetScorer(tiny_target, static_cache=True, headroom=2, max_length=8)
     scorer.start(torch.tensor(PREFIX))
     with pytest.raises(UserError, match="outgrew"):
-        scorer.score(torch.tensor([3]), torch.tensor([4, 6, 7]), width=4)
+        scorer.score(torch.tensor([3]), DraftTree.chain(torch.tensor([4, 6, 7])), width=4)
     # with `fallback` the long sequence runs on the growing cache, with one note
     scorer = TargetScorer(tiny_target, static_cache=True, headroom=10, max_length=32, fallback=True)
     scorer.start(torch.arange(3, 30))
@@ -221,7 +222,7 @@ def tiny_gemma3():
 def test_sliding_window_layers_work_within_their_window(tiny_gemma3):
     prompt = [5, 9, 14, 20, 5, 9, 14]
     expected = decode_all(TargetScorer(tiny_gemma3), NoDrafter(tiny_gemma3.device), [prompt], 12, 1)
-    for drafter in (NoDrafter(tiny_gemma3.device), NgramDrafter(tiny_gemma3.device, 3, 1)):
+    for drafter in (NoDrafter(tiny_gemma3.device), NgramDrafter(tiny_gemma3.device)):
         scorer = TargetScorer(tiny_gemma3, static_cache=True, headroom=16)  # 6 + 16 <= 24
         assert decode_all(scorer, drafter, [prompt, prompt], 12, 3) == expected * 2
         assert scorer.kind == "static"
@@ -274,7 +275,7 @@ def test_compiled_forwards_decode_as_eager(tiny_target):
     start = time.perf_counter()
     drafter = ScriptedDrafter(len(prompt), expected[0], len(tiny_target.tokenizer), wrong_share=0.3)
     assert decode_all(scorer, drafter, [prompt], 16, 3) == expected[:1]
-    assert decode_all(scorer, NgramDrafter(tiny_target.device, 3, 1), [prompt, other], 16, 3) == expected
-    assert scorer.kind == "compiled" and scorer._widths == {1, 4}
+    assert decode_all(scorer, NgramDrafter(tiny_target.device), [prompt, other], 16, 3) == expected
+    assert scorer.kind == "compiled" and scorer.compiled_widths == {1, 4}
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 2  # one per width, no recompiles
     print(f"compiled decoding with two widths: {time.perf_counter() - start:.1f} s")

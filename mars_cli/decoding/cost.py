@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import torch
 
 from ..paths import cache_dir, write_atomic
+from .tree import CHAIN, DraftTree, TreeShape
 
 if TYPE_CHECKING:
     from .target import TargetScorer
@@ -66,14 +67,6 @@ class CostCurve:
                            "ms_by_width": {str(w): ms for w, ms in sorted(self.ms_by_width.items())}}, indent=1)
 
 
-@dataclass(frozen=True)
-class TreeShape:
-    """Children per node (1: a chain) and nodes per tree (0 for a chain)."""
-
-    topk: int
-    tokens: int
-
-
 MAX_TREE_TOKENS = 64
 TREE_DEPTH = 6  # `--num-draft auto` with a tree: the most levels searched
 TREE_DEPTHS = (3, 4, 5, 6)  # the depths auto chooses from (or none); each level is one drafter step
@@ -94,7 +87,7 @@ def tree_shape(curve: CostCurve) -> TreeShape:
     measured = [n for n in TREE_SIZES if n + 1 in curve.ms_by_width]  # never an extrapolated width
     affordable = [n for n in measured if curve.ms_by_width[n + 1] <= TREE_COST_RATIO * plain]
     if not affordable:
-        return TreeShape(1, 0)
+        return CHAIN
     return TreeShape(TREE_TOPK, max(affordable))
 
 
@@ -211,7 +204,7 @@ def measure_curve(scorer: "TargetScorer", key: dict, widths: Sequence[int] = DEF
     pending = tokens[context : context + 1]
 
     def run_width(width: int) -> None:
-        scorer.score(pending, tokens[context + 1 : context + width], width=width)
+        scorer.score(pending, DraftTree.chain(tokens[context + 1 : context + width]), width=width)
         scorer.rewind(context)
 
     device = target.device

@@ -1,17 +1,17 @@
 """Drafters propose tokens; the target verifies them. Any drafter works with any rule.
 
-Protocol: `reset()` before a new sequence; `propose(history, k)` returns up to k tokens (and
-their distribution q when the drafter has one); `commit(length)` tells the drafter that only
-the first `length` tokens of the history are final, so it forgets anything cached past them.
-A drafter that reads the target's features (the draft head) names the hidden-state layers it
-reads in `feature_layers`; the scorer then hands it the target's features of every position
-that enters the target's cache, from the forward passes that run anyway.
+Protocol: `reset()` before a new sequence; `propose(history, depth)` returns a `DraftTree` at most
+`depth` deep (a chain is the one-branch tree: `depth` tokens), with the drafter's q per node when
+it sampled them; `commit(length)` tells the drafter that only the first `length` tokens of the
+history are final, so it forgets anything cached past them. A drafter's tree shape is part of its
+construction. A drafter that reads the target's features (the draft head) names the hidden-state
+layers it reads in `feature_layers`; the scorer then hands it the target's features of every
+position that enters the target's cache, from the forward passes that run anyway.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import torch
 
@@ -19,20 +19,8 @@ from ..errors import UserError
 from ..models import LoadedModel
 from .kv import KVCache
 from .target import FeatureLayers
-from .tree import DraftTree, FrontierRows, bias_from_visibility, grow_tree, tree_from_paths
+from .tree import CHAIN, DraftTree, FrontierRows, TreeShape, bias_from_visibility, grow_tree, tree_from_paths
 from .sampling import SamplingParams, probabilities, process_logits, sample
-
-
-@dataclass
-class Draft:
-    tokens: torch.Tensor  # [k'] long, on the target's device (a tree's nodes, in its order)
-    probs: torch.Tensor | None = None  # [k', V]: the drafter's q, None for one-hot drafters (and trees)
-    tree: DraftTree | None = None  # the shape when the drafts are a tree; None: a chain
-
-    @classmethod
-    def empty(cls, device: torch.device) -> "Draft":
-        """No proposal: the round is a plain step of the target."""
-        return cls(torch.empty(0, dtype=torch.long, device=device))
 
 
 class Drafter(ABC):
@@ -42,13 +30,14 @@ class Drafter(ABC):
     name = "drafter"
     feature_layers: FeatureLayers = ()  # target hidden states read (see target.select_features)
     generator: torch.Generator | None = None  # reseeded per sequence by Session when it samples
+    shape: TreeShape = CHAIN
 
     def reset(self) -> None:
         """A new sequence starts: forget everything cached."""
 
     @abstractmethod
-    def propose(self, history: torch.Tensor, k: int) -> Draft:
-        """Up to k tokens to follow `history` (CPU, prompt + emitted tokens)."""
+    def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
+        """A tree at most `depth` deep to follow `history` (CPU, prompt + emitted tokens)."""
 
     def observe_features(self, hidden: torch.Tensor) -> None:
         """The target's features [n, F] (its `feature_layers`, concatenated) for the next n
@@ -64,10 +53,10 @@ class NoDrafter(Drafter):
     name = "none"
 
     def __init__(self, device: torch.device) -> None:
-        self._empty = Draft.empty(device)
+        self.device = device
 
-    def propose(self, history: torch.Tensor, k: int) -> Draft:
-        return self._empty
+    def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
+        return DraftTree.empty(self.device)
 
 
 class NgramDrafter(Drafter):
@@ -76,25 +65,22 @@ class NgramDrafter(Drafter):
 
     name = "ngram"
 
-    def __init__(self, device: torch.device, max_ngram: int = 3, min_ngram: int = 1, tree_topk: int = 1,
-                 tree_tokens: int = 0) -> None:
+    def __init__(self, device: torch.device, shape: TreeShape = CHAIN, max_ngram: int = 3, min_ngram: int = 1) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise UserError(f"n-gram sizes must satisfy 1 <= min <= max, got {min_ngram}..{max_ngram}")
         self.device = device
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-        self.tree_topk = tree_topk  # above 1: up to this many continuations, as branches of a tree
-        self.tree_tokens = tree_tokens
+        self.shape = shape  # branching: up to topk continuations, as the branches of a tree
 
-    def propose(self, history: torch.Tensor, k: int) -> Draft:
+    def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
         """`history` is the CPU token history; matching there avoids device round trips."""
-        paths = self._continuations(history, k, self.tree_topk)
-        if not paths:
-            return Draft.empty(self.device)
-        if len(paths) == 1:
-            return Draft(torch.tensor(paths[0], dtype=torch.long, device=self.device))
-        tree = tree_from_paths(paths, self.tree_tokens, self.device)
-        return Draft(tree.tokens, None, tree)
+        paths = self._continuations(history, depth, self.shape.topk)
+        if len(paths) <= 1:
+            return DraftTree.chain(torch.tensor(paths[0] if paths else [], dtype=torch.long, device=self.device))
+        tree = tree_from_paths(paths, self.shape.tokens, self.device)
+        tree.searched = depth
+        return tree
 
     def _continuations(self, history: torch.Tensor, k: int, wanted: int) -> list[list[int]]:
         """Up to `wanted` distinct continuations (k tokens at most) of the longest matching tail,
@@ -135,18 +121,17 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
 
 class ModelDrafter(Drafter):
     """A smaller causal LM with the target's vocabulary, drafting autoregressively with its
-    own KV cache, which is rolled back together with the target's. With `tree_topk` > 1 it grows
+    own KV cache, which is rolled back together with the target's. With a branching shape it grows
     EAGLE-2's dynamic tree (decoding/tree.py), one forward of the draft model per level."""
 
     name = "model"
 
     def __init__(self, draft: LoadedModel, sampling: SamplingParams, generator: torch.Generator | None,
-                 tree_topk: int = 1, tree_tokens: int = 0) -> None:
+                 shape: TreeShape = CHAIN) -> None:
         self.draft = draft
         self.sampling = sampling
         self.generator = generator
-        self.tree_topk = tree_topk
-        self.tree_tokens = tree_tokens
+        self.shape = shape
         self.cache = KVCache(draft.model)
 
     def reset(self) -> None:
@@ -156,12 +141,12 @@ class ModelDrafter(Drafter):
         self.cache.truncate(length)
 
     @torch.inference_mode()
-    def propose(self, history: torch.Tensor, k: int) -> Draft:
+    def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
         feed = history[len(self.cache) :].to(self.draft.device)[None]
-        if self.tree_topk > 1:
-            return self._propose_tree(feed, k)
+        if self.shape.branches:
+            return self._propose_tree(feed, depth)
         tokens, rows = [], []
-        for _ in range(k):
+        for _ in range(depth):
             logits = self.cache.forward(feed).logits[0, -1]
             processed = process_logits(logits, self.sampling)
             if self.sampling.greedy:
@@ -173,14 +158,13 @@ class ModelDrafter(Drafter):
             tokens.append(token)
             feed = token.reshape(1, 1)
         if not tokens:
-            return Draft.empty(self.draft.device)
-        probs = torch.stack(rows) if rows else None
-        return Draft(torch.stack(tokens), probs)
+            return DraftTree.empty(self.draft.device)
+        return DraftTree.chain(torch.stack(tokens), torch.stack(rows) if rows else None)
 
     def _logprobs(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.log_softmax(process_logits(logits, self.sampling), dim=-1)
 
-    def _propose_tree(self, feed: torch.Tensor, depth: int) -> Draft:
+    def _propose_tree(self, feed: torch.Tensor, depth: int) -> DraftTree:
         """Each level feeds the frontier after the history, every node seeing the history and
         its own ancestors, at the position its depth gives it; the drafted rows leave the cache
         when the tree is grown (the accepted tokens are fed again next round)."""
@@ -196,6 +180,7 @@ class ModelDrafter(Drafter):
             logits = self.cache.forward(tokens.to(device)[None], attention_mask=mask, position_ids=positions).logits[0]
             return self._logprobs(logits)
 
-        tree = grow_tree(root, expand, self.tree_topk, depth, self.tree_tokens)
+        tree = grow_tree(root, expand, self.shape.topk, depth, self.shape.tokens)
         self.cache.truncate(base)
-        return Draft(tree.tokens, None, tree)
+        tree.searched = depth
+        return tree

@@ -1,8 +1,8 @@
-"""The speculative decoding loop: draft -> score -> verify -> keep.
+"""The speculative decoding loop: propose -> fit -> score -> verify -> keep.
 
-Three owners, as in vLLM's proposer / scorer / rejection sampler: the drafter proposes, the
-scorer (target.TargetScorer) runs the target and owns its cache, the verifier decides which
-drafts stand. The loop itself keeps the budget, stopping rules and statistics. Plain decoding
+Three owners, as in vLLM's proposer / scorer / rejection sampler: the drafter proposes a draft
+tree (a chain is the one-branch tree, no draft the empty one), the scorer (target.TargetScorer)
+runs the target over it and owns its cache, the verifier decides which path of it stands. The loop itself keeps the budget, stopping rules and statistics. Plain decoding
 is the same loop with a drafter that proposes nothing, so every speedup is measured against
 exactly this code.
 
@@ -75,7 +75,6 @@ def decode(
     stop_checker = _StopStrings(target.tokenizer, settings.stop_strings, length)
     stats.prompt_tokens = length
 
-    tree_width = settings.tree_tokens + 1 if settings.tree_tokens else 0
     clock = PhaseClock(target.device, settings.time_phases)
     drafter.reset()
     features = scorer.start(prompt[:-1])
@@ -86,42 +85,23 @@ def decode(
 
     produced = 0
     while produced < budget:
-        # k drafts can emit k + 1 tokens: never draft past the budget or the context window
+        # k levels can emit k + 1 tokens: never draft past the budget or the context window
         room = budget - produced - 1
         if window is not None:
             room = min(room, window - length - 1)
         k = max(0, min(settings.num_draft, room))
         if draft_length is not None:
             k = draft_length.choose(k)
-        draft = drafter.propose(history[:length], k) if k else None
-        tree = None
-        if draft is not None and draft.tree is not None:  # as many nodes as fit the window, as deep as k
-            tree = _fit_tree(draft.tree, k, None if window is None else window - length - 1)
-            draft_probs = None  # a tree's proposals are verified as given (verifiers.py)
-            if tree is not None and not scorer.tree_fits(max(tree_width, tree.size + 1)):
-                draft_tokens, tree = tree.first_branch().to(target.device), None  # past a sliding window
-            else:
-                draft_tokens = pending[:0] if tree is None else tree.tokens.to(target.device)
-        else:
-            draft_tokens = draft.tokens[:k].to(target.device) if draft else pending[:0]
-            draft_probs = draft.probs[:k] if draft and draft.probs is not None else None
+        tree = drafter.propose(history[:length], k) if k else DraftTree.empty(target.device)
+        tree = fit(tree, k, None if window is None else window - length - 1, scorer, settings.tree_tokens)
         draft_s = clock.lap("draft")
 
-        width = k + 1 if tree is None else max(tree_width, draft_tokens.numel() + 1)
-        scored = scorer.score(pending, draft_tokens, width=width, tree=tree)
-        logits = scored.logits
+        scored = scorer.score(pending, tree, width=padded_width(tree, k, settings.tree_tokens))
         clock.lap("target")
 
-        on_logits = logits.device
-        verdict = verifier.verify(
-            logits,
-            draft_tokens.to(on_logits),
-            None if draft_probs is None else draft_probs.to(on_logits),
-            generator,
-            tree,
-        )
+        verdict = verifier.verify(scored.logits, tree, generator)
         accepted = verdict.accepted_positions
-        drafted = draft_tokens.tolist()
+        drafted = tree.tokens.tolist()
         emitted = [drafted[i] for i in accepted] + [verdict.next_token]
         clock.lap("verify")
 
@@ -130,29 +110,18 @@ def decode(
         if features is not None:
             drafter.observe_features(features)
         drafter.commit(length + len(accepted))
-        tree_depth = None if tree is None else tree.depth
-        depth = len(drafted) if tree_depth is None else tree_depth
         if draft_length is not None:  # the first round reads the whole prompt: not a drafting cost
-            # a chain's drafting time goes with the tokens drafted; a tree's with the depth searched
-            draft_length.observe(depth, len(accepted), draft_s if stats.rounds else None,
-                                 timed_as=None if tree is None else k)
+            draft_length.observe(tree.depth, len(accepted), draft_s if stats.rounds else None, timed_as=tree.searched)
         clock.lap("rollback")
 
         emitted, reason = _cut_at_eos_or_budget(emitted, eos, budget - produced)
         emitted_tensor = torch.tensor(emitted, dtype=torch.long)
         history[length : length + len(emitted)] = emitted_tensor
-        # each kept row's logits scored the token emitted after it
-        emitted_logits = logits[torch.tensor(kept_rows[: len(emitted)], device=on_logits)].float()
-        positions = torch.arange(len(emitted), device=on_logits)
-        logprob = torch.log_softmax(emitted_logits, dim=-1)[positions, emitted_tensor.to(on_logits)].sum()
-        if observe is not None:
-            observe(emitted_logits)
+        logprob = _emitted_logprob(scored.logits, kept_rows[: len(emitted)], emitted_tensor, observe)
         length += len(emitted)
         produced += len(emitted)
         pending = emitted_tensor[-1:].to(target.device)
-        margins = verdict.margins.tolist() if settings.record_margins and verdict.margins is not None else None
-        stats.record(len(drafted), min(len(accepted), len(emitted)), len(emitted), float(logprob),
-                     verdict.relaxed, verdict.examined, verdict.low_margin, margins, tree_depth=tree_depth)
+        stats.record(verdict, tree, len(emitted), logprob, margins=settings.record_margins)
         if reason is None and stop_checker.hit(history[:length]):
             reason = "stop_string"
         clock.lap("other")
@@ -169,16 +138,33 @@ def decode(
     stats.wall_s = clock.elapsed()
 
 
-def _fit_tree(tree: DraftTree, max_depth: int, max_nodes: int | None) -> DraftTree | None:
+def fit(tree: DraftTree, max_depth: int, max_nodes: int | None, scorer: TargetScorer, tree_tokens: int) -> DraftTree:
     """The tree cut to nodes at most `max_depth` deep (the round's room before the token budget)
-    and, within a context window, to `max_nodes` nodes; parents stay before their children.
-    None when nothing is left."""
-    if tree.size == 0:
-        return None
+    and, within a context window, to `max_nodes` nodes (parents stay before their children); past
+    a model's sliding window, where a tree cannot be masked, its first branch as a chain."""
     tree = tree.within_depth(max_depth)
-    if max_nodes is not None and tree.size > max_nodes:
+    if max_nodes is not None:
         tree = tree.first(max(max_nodes, 0))
-    return tree if tree.size else None
+    if not tree.is_chain() and not scorer.tree_fits(padded_width(tree, max_depth, tree_tokens)):
+        tree = tree.first_branch()
+    return tree
+
+
+def padded_width(tree: DraftTree, depth: int, tree_tokens: int) -> int:
+    """The round's fed width: a chain's k + 1, a tree's `tree_tokens` + 1 (one compiled graph
+    each), or more when the drafts need it."""
+    return max(depth + 1 if tree.is_chain() else tree_tokens + 1, tree.size + 1)
+
+
+def _emitted_logprob(logits: torch.Tensor, rows: list[int], emitted: torch.Tensor,
+                     observe: Callable[[torch.Tensor], None] | None) -> float:
+    """The target's log-probability of the emitted tokens (each kept row's logits scored the
+    token emitted after it); `observe` sees those logits."""
+    emitted_logits = logits[torch.tensor(rows, device=logits.device)].float()
+    if observe is not None:
+        observe(emitted_logits)
+    positions = torch.arange(len(rows), device=logits.device)
+    return float(torch.log_softmax(emitted_logits, dim=-1)[positions, emitted.to(logits.device)].sum())
 
 
 def _cut_at_eos_or_budget(tokens: list[int], eos: set[int], remaining: int) -> tuple[list[int], str | None]:

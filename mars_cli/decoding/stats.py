@@ -5,9 +5,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
+
+if TYPE_CHECKING:
+    from .tree import DraftTree
+    from .verifiers import Verdict
 
 PHASES = ("prefill", "draft", "target", "verify", "rollback", "other")
 
@@ -68,7 +72,7 @@ class DecodeStats:
     accepted_per_round: Counter = field(default_factory=Counter)
     round_ends: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, tokens so far)
     margins: list[float] = field(default_factory=list)
-    tree_rounds: int = 0  # rounds that drafted a tree (not a chain)
+    tree_rounds: int = 0  # rounds that drafted a branching tree (not a chain)
     tree_nodes: int = 0  # nodes those trees had
     max_depth: int = 0  # deepest draft of any round
     sum_logprob: float = 0.0  # target log-probability of the emitted tokens (raw logits, T=1)
@@ -76,29 +80,28 @@ class DecodeStats:
     wall_s: float = 0.0
     finish_reason: str = ""
 
-    def record(self, drafted: int, accepted: int, emitted: int, logprob: float = 0.0, relaxed: int = 0,
-               examined: int = 0, low_margin: int = 0, margins: list[float] | None = None,
-               tree_depth: int | None = None) -> None:
-        """One round: `drafted` tokens proposed, the first `accepted` of them emitted, `emitted`
-        tokens in all (accepted + the target's own), their summed log-probability, and the
-        verifier's counts (relaxed acceptances, examined and low-margin positions, margins).
-        `tree_depth`: the round drafted a tree this deep (its nodes are `drafted`); per-position
-        acceptance is then per depth, and `accepted` the depth reached."""
+    def record(self, verdict: Verdict, tree: DraftTree, emitted: int, logprob: float = 0.0,
+               margins: bool = True) -> None:
+        """One round: the drafted `tree`, the `verdict` on it, the `emitted` tokens that stood
+        (the accepted path and the target's own, cut at EOS or the budget) and their summed
+        log-probability. Per-position acceptance is per depth: a chain's positions are its depths.
+        `margins`: keep the verdict's margins (MARS) for the margin histogram."""
+        accepted = min(len(verdict.accepted_positions), emitted)
+        depth = tree.depth
         self.rounds += 1
-        self.drafted += drafted
+        self.drafted += tree.size
         self.accepted += accepted
         self.new_tokens += emitted
         self.sum_logprob += logprob
-        self.relaxed += relaxed
-        self.examined += examined
-        self.low_margin += low_margin
-        if margins:
-            self.margins.extend(margins)
+        self.relaxed += verdict.relaxed
+        self.examined += verdict.examined
+        self.low_margin += verdict.low_margin
+        if margins and verdict.margins is not None:
+            self.margins.extend(verdict.margins.tolist())
         self.accepted_per_round[accepted] += 1
-        depth = drafted if tree_depth is None else tree_depth
-        if tree_depth is not None:
+        if not tree.is_chain():
             self.tree_rounds += 1
-            self.tree_nodes += drafted
+            self.tree_nodes += tree.size
         self.max_depth = max(self.max_depth, depth)
         self._grow(depth)
         for position in range(depth):

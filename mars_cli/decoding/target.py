@@ -109,7 +109,7 @@ DEFAULT_HEADROOM = 256  # positions a sequence may add after its context, unless
 class TargetScorer:
     """The target model, its cache and its padding policy for one sequence at a time.
 
-    `pad_drafts`: feed k + 1 positions whenever a round has any draft, padding short drafts with
+    Padding: a round with any draft feeds the width the loop asks for, padding short drafts with
     copies of the pending token. A forward's cost on CPU depends on its width unevenly
     (docs/head.md), so two widths are cheaper than k + 1 of them; the padding's logits are
     dropped and its cache rows go with the next `keep`.
@@ -127,14 +127,13 @@ class TargetScorer:
     rounds narrow near the token budget; padding is cheaper than a compile). The prefill is eager.
     """
 
-    def __init__(self, target: LoadedModel, feature_layers: FeatureLayers = (), pad_drafts: bool = True, *,
+    def __init__(self, target: LoadedModel, feature_layers: FeatureLayers = (), *,
                  static_cache: bool = False, compile: bool = False, headroom: int = DEFAULT_HEADROOM,
                  max_length: int | None = None, fallback: bool = False) -> None:
         self.target = target
         self.feature_layers = tuple(feature_layers)
         self.static = static_cache or compile
         self.compiled = compile
-        self.pad_drafts = pad_drafts or compile
         self.headroom = headroom
         window = target.context_window
         self.max_length = min(x for x in (max_length, window, sys.maxsize) if x is not None)
@@ -150,6 +149,11 @@ class TargetScorer:
         if compile:
             select = (lambda states: select_features(states, self.feature_layers)) if self.feature_layers else None
             self._step = compile_forward(target.model, select, cuda_graphs=target.device.type == "cuda")
+
+    @property
+    def compiled_widths(self) -> frozenset[int]:
+        """The widths fed through the compiled forward so far (one graph each)."""
+        return frozenset(self._widths)
 
     @property
     def kind(self) -> str:
@@ -207,12 +211,13 @@ class TargetScorer:
             self._noted = True
         return KVCache(self.target.model)
 
-    def score(self, pending: torch.Tensor, drafts: torch.Tensor, width: int, tree: DraftTree | None = None) -> Scored:
-        """Feed `pending` ([1]) and `drafts` ([k'], k' <= width - 1) after the committed cache.
-        With `tree` (whose tokens are `drafts`) every row sees only its ancestors: one pass scores
-        every branch, each row at the position its depth gives it."""
+    def score(self, pending: torch.Tensor, tree: DraftTree, width: int) -> Scored:
+        """Feed `pending` ([1]) and the tree's nodes (at most width - 1) after the committed cache.
+        A chain is fed with the causal mask; in a branching tree every row sees only its ancestors:
+        one pass scores every branch, each row at the position its depth gives it."""
+        drafts = tree.tokens.to(pending.device)
         feed = torch.cat([pending, drafts])
-        if self.pad_drafts and drafts.numel() > 0:  # padding is scored, then dropped
+        if drafts.numel() > 0:  # padding is scored, then dropped
             width = max(width, feed.numel())
             if self.kind == "compiled":  # reuse a wider compiled width that fits
                 room = self.cache.room()
@@ -222,7 +227,7 @@ class TargetScorer:
         if isinstance(self.cache, StaticKVCache) and feed.numel() > self.cache.room():
             raise UserError(f"the sequence outgrew its static cache ({self.cache.capacity} positions); "
                             "decode with --compile off")
-        layout = None if tree is None or tree.is_chain() else self._tree_layout(tree, feed.numel())
+        layout = None if tree.is_chain() else self._tree_layout(tree, feed.numel())
         with torch.inference_mode():
             output = self._forward(feed, layout=layout)
         real = 1 + drafts.numel()

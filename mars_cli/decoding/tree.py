@@ -19,21 +19,50 @@ from typing import Callable
 import torch
 
 
+@dataclass(frozen=True)
+class TreeShape:
+    """A drafter's shape, fixed when it is built: children per node (1: a chain) and nodes per
+    tree (0 for a chain: as many as the round's depth)."""
+
+    topk: int = 1
+    tokens: int = 0
+
+    @property
+    def branches(self) -> bool:
+        return self.topk > 1
+
+
+CHAIN = TreeShape()
+
+
 @dataclass
 class DraftTree:
-    """Node tokens [n] (long, on the drafter's device) and parents [n] (long, on the CPU: the
-    shape is bookkeeping, read without device round trips); `parents[i] < i`."""
+    """What every drafter proposes. Node tokens [n] (long, on the drafter's device), parents [n]
+    (long, on the CPU: the shape is bookkeeping, read without device round trips; `parents[i] <
+    i`), and optionally `q` [n, V]: the distribution each node was drawn from given its earlier
+    siblings (None: the proposals are taken as given, a one-hot q). `searched`: the levels the
+    drafter spent growing it, when not its depth (a tree search's time belongs to the levels it
+    searched, whatever depth its best nodes reached)."""
 
     tokens: torch.Tensor
     parents: torch.Tensor
+    q: torch.Tensor | None = None
+    searched: int | None = None
 
     def __post_init__(self) -> None:
         self.parents = self.parents.cpu()
         self._ancestry: torch.Tensor | None = None
+        self._is_chain: bool | None = None
 
     @classmethod
-    def chain(cls, tokens: torch.Tensor) -> "DraftTree":
-        return cls(tokens, torch.arange(-1, tokens.numel() - 1))
+    def chain(cls, tokens: torch.Tensor, q: torch.Tensor | None = None) -> "DraftTree":
+        """Node i is the child of node i - 1: a chain is the one-branch tree."""
+        return cls(tokens, torch.arange(-1, tokens.numel() - 1), q)
+
+    @classmethod
+    def empty(cls, device: torch.device | str) -> "DraftTree":
+        """No proposal: the round is a plain step of the target."""
+        return cls.chain(torch.empty(0, dtype=torch.long, device=device))
 
     def ancestry(self, width: int | None = None) -> torch.Tensor:
         """[W, W] bool on the CPU, W = `width` or n + 1 (see `ancestry`); the tree's own rows are
@@ -57,41 +86,56 @@ class DraftTree:
     def depths(self) -> torch.Tensor:
         """Depth of every node (a child of the root has depth 1), [n] long: its ancestors and
         itself, below the root."""
+        if self.is_chain():
+            return torch.arange(1, self.size + 1)
         return self.ancestry()[1:, 1:].sum(dim=-1)
 
     @property
     def depth(self) -> int:
+        if self.is_chain():
+            return self.size
         return int(self.depths().max()) if self.size else 0
+
+    def is_chain(self) -> bool:
+        """Every node the only child of the one before it (an empty tree is a chain too)."""
+        if self._is_chain is None:
+            self._is_chain = bool((self.parents == torch.arange(-1, self.size - 1)).all())
+        return self._is_chain
+
+    def select(self, nodes: torch.Tensor) -> "DraftTree":
+        """The nodes `nodes` (ascending CPU indices, closed under parents), renumbered."""
+        renumber = torch.full((self.size,), -1, dtype=torch.long)
+        renumber[nodes] = torch.arange(nodes.numel())
+        parents = self.parents[nodes]
+        return DraftTree(self.tokens[nodes.to(self.tokens.device)],
+                         torch.where(parents < 0, parents, renumber[parents.clamp_min(0)]),
+                         None if self.q is None else self.q[nodes.to(self.q.device)], self.searched)
 
     def within_depth(self, max_depth: int) -> "DraftTree":
         """The nodes at most `max_depth` deep, renumbered (still in topological order)."""
-        depths = self.depths()
-        if self.size == 0 or int(depths.max()) <= max_depth:
+        if self.depth <= max_depth:
             return self
-        keep = torch.nonzero(depths <= max_depth)[:, 0]
-        renumber = torch.full((self.size,), -1, dtype=torch.long)
-        renumber[keep] = torch.arange(keep.numel())
-        parents = self.parents[keep]
-        return DraftTree(self.tokens[keep.to(self.tokens.device)],
-                         torch.where(parents < 0, parents, renumber[parents.clamp_min(0)]))
+        if self.is_chain():
+            return self.first(max_depth)
+        return self.select(torch.nonzero(self.depths() <= max_depth)[:, 0])
 
     def first(self, count: int) -> "DraftTree":
         """The first `count` nodes: still a tree, as parents come before their children."""
-        return DraftTree(self.tokens[:count], self.parents[:count])
+        if count >= self.size:
+            return self
+        return DraftTree(self.tokens[:count], self.parents[:count], None if self.q is None else self.q[:count],
+                         self.searched)
 
-    def first_branch(self) -> torch.Tensor:
-        """The tokens along each node's first child from the root: the drafter's preferred path,
+    def first_branch(self) -> "DraftTree":
+        """The chain along each node's first child from the root: the drafter's preferred path,
         what a chain would have drafted."""
+        if self.is_chain():
+            return self
         parents, path, node = self.parents.tolist(), [], -1
-        while True:
-            child = next((i for i, parent in enumerate(parents) if parent == node), None)
-            if child is None:
-                return self.tokens[path] if path else self.tokens[:0]
+        while (child := next((i for i, parent in enumerate(parents) if parent == node), None)) is not None:
             path.append(child)
             node = child
-
-    def is_chain(self) -> bool:
-        return bool((self.parents == torch.arange(-1, self.size - 1)).all())
+        return self.select(torch.tensor(path, dtype=torch.long))
 
 
 def ancestry(parents: torch.Tensor, width: int | None = None) -> torch.Tensor:
@@ -140,16 +184,6 @@ def bias_from_visibility(visible: torch.Tensor, dtype: torch.dtype) -> torch.Ten
 # node (ids in the search's pool, their tokens, their parents' pool ids, -1 for the root); the
 # drafter runs its model over the frontier, each node seeing only its own ancestors, to answer.
 Expand = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-@dataclass
-class TreeCandidates:
-    """Every node the search scored: its token (in the drafter's rows), parent (-1: root) and
-    cumulative log-probability; the pool from which the final tree is cut."""
-
-    tokens: list[torch.Tensor]
-    parents: list[torch.Tensor]
-    scores: list[torch.Tensor]
 
 
 def grow_tree(root_logprobs: torch.Tensor, expand: Expand, topk: int, depth: int, total: int) -> DraftTree:

@@ -2,7 +2,7 @@
 
 It keeps the target's features for the positions in the target's cache (handed over by the loop
 from the verification passes) and its own small cache of the pairs it has read. Each round it
-reads the new true pairs, then drafts k tokens (or, with `tree_topk` > 1, a tree of k levels)
+reads the new true pairs, then drafts k tokens (or, with a branching shape, a tree of k levels)
 feeding back its own predicted states; before the next round the drafted pairs are dropped from
 its cache and the true ones take their place.
 Two head formats draft the same way: an EAGLE-3 head directory (eagle3.py, the public format)
@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..decoding.drafters import Draft, Drafter
-from ..decoding.tree import DraftTree, FrontierRows, grow_tree
+from ..decoding.drafters import Drafter
+from ..decoding.tree import CHAIN, DraftTree, FrontierRows, TreeShape, grow_tree
 from ..decoding.sampling import SamplingParams, probabilities, process_logits, sample
 from ..errors import UserError
 from ..models import LoadedModel
@@ -125,10 +125,9 @@ class HeadDrafter(Drafter):
 
     def __init__(self, head: PairHead, target: LoadedModel, sampling: SamplingParams,
                  generator: torch.Generator | None, min_confidence: float = 0.0, compile: bool = False,
-                 tree_topk: int = 1, tree_tokens: int = 0) -> None:
+                 shape: TreeShape = CHAIN) -> None:
         self.head = head
-        self.tree_topk = tree_topk  # above 1: draft a tree (EAGLE-2), `tree_tokens` nodes at most
-        self.tree_tokens = tree_tokens
+        self.shape = shape  # branching: draft a tree (EAGLE-2), `shape.tokens` nodes at most
         self.feature_layers = head.feature_layers_for(target.model)  # what the scorer hands over
         # `--compile on`: the one-token drafting step (every draft after a round's first) runs
         # through torch.compile with a dynamic cache length: one graph for all lengths
@@ -185,19 +184,19 @@ class HeadDrafter(Drafter):
         return feature
 
     @torch.inference_mode()
-    def propose(self, history: torch.Tensor, k: int) -> Draft:
+    def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
         self.cache.truncate(self.read)  # forget last round's drafted pairs
         if self.known == 0:  # a one-token prompt: no feature yet
-            return Draft.empty(self.target_device)
+            return DraftTree.empty(self.target_device)
         # pair p = (f_p, x_{p+1}) for every position the target has scored since the last round
         tokens = history[self.read + 1 : self.known + 1].to(self.features.device)
         feature = self.head.step(self.features[self.read : self.known], tokens, self.cache)[-1:]
         self.read = self.known
-        if self.tree_topk > 1:
-            return self._propose_tree(feature, k)
+        if self.shape.branches:
+            return self._propose_tree(feature, depth)
         drafted, rows = [], []
         confidence = 1.0
-        for step in range(k):
+        for step in range(depth):
             token, q, probability = self._next_token(feature[0])
             confidence *= probability
             if confidence < self.min_confidence:
@@ -205,16 +204,16 @@ class HeadDrafter(Drafter):
             drafted.append(token)
             if q is not None:
                 rows.append(q)
-            if step + 1 < k:
+            if step + 1 < depth:
                 feature = self._draft_step(feature, token.reshape(1))
         if not drafted:
-            return Draft.empty(self.target_device)
+            return DraftTree.empty(self.target_device)
         probs = torch.stack(rows).to(self.target_device) if rows else None
-        return Draft(torch.stack(drafted).to(self.target_device), probs)
+        return DraftTree.chain(torch.stack(drafted).to(self.target_device), probs)
 
-    def _propose_tree(self, root: torch.Tensor, depth: int) -> Draft:
-        """EAGLE-2's dynamic tree (decoding/tree.py): `depth` levels, `tree_topk` children of the
-        `tree_topk` best nodes per level, the `tree_tokens` best nodes kept. Each level is one head
+    def _propose_tree(self, root: torch.Tensor, depth: int) -> DraftTree:
+        """EAGLE-2's dynamic tree (decoding/tree.py): `depth` levels, `shape.topk` children of the
+        `shape.topk` best nodes per level, the `shape.tokens` best nodes kept. Each level is one head
         step over the frontier, every pair seeing the true pairs and its own ancestors only, at the
         position its depth gives it. The tree's proposals are verified as given (no q)."""
         base = len(self.cache)  # true pairs; a node at depth d sits at position base + d - 1
@@ -232,6 +231,5 @@ class HeadDrafter(Drafter):
             return torch.log_softmax(self.head.logits(produced).float(), dim=-1)
 
         root_logprobs = torch.log_softmax(self.head.logits(root[0]).float(), dim=-1)
-        tree = grow_tree(root_logprobs, expand, self.tree_topk, depth, self.tree_tokens)
-        tokens = self.vocab_ids[tree.tokens].to(self.target_device)
-        return Draft(tokens, None, DraftTree(tokens, tree.parents))
+        tree = grow_tree(root_logprobs, expand, self.shape.topk, depth, self.shape.tokens)
+        return DraftTree(self.vocab_ids[tree.tokens].to(self.target_device), tree.parents, searched=depth)
