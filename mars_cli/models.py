@@ -18,12 +18,15 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from .errors import UserError, require
 from .paths import cache_dir
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 CACHE_FORMAT = 1  # bump when the layout of a converted entry changes
 
@@ -285,6 +288,36 @@ class _quiet_loading:
         hf_logging.enable_progress_bar()
 
 
+# --------------------------------------------------------------------------- model facts
+# One lookup each, for code that holds a bare module; LoadedModel's properties of the same names
+# read them through these.
+def text_config(model: torch.nn.Module) -> "PretrainedConfig":
+    """The language model's config: multimodal models (Gemma 3's) nest it as `text_config`."""
+    return getattr(model.config, "text_config", model.config)
+
+
+def hidden_size(model: torch.nn.Module) -> int:
+    """Width of the hidden states (the features draft heads read)."""
+    return int(text_config(model).hidden_size)
+
+
+def num_layers(model: torch.nn.Module) -> int:
+    """Decoder layers; `hidden_states` has one entry more (the embeddings come first)."""
+    return int(text_config(model).num_hidden_layers)
+
+
+def rope_theta(model: torch.nn.Module) -> float:
+    """RoPE's base: in `rope_parameters` since transformers 5, `rope_theta` before; 10000 if neither."""
+    config = text_config(model)
+    rope = getattr(config, "rope_parameters", None)
+    return float((rope.get("rope_theta") if isinstance(rope, dict) else None) or getattr(config, "rope_theta", 10000.0))
+
+
+def vocab_size(model: torch.nn.Module) -> int:
+    """Rows of the LM head, the width of the logits (may exceed the tokenizer's length: padding)."""
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
 # --------------------------------------------------------------------------- loading
 @dataclass
 class LoadedModel:
@@ -324,8 +357,24 @@ class LoadedModel:
         return self._fingerprint
 
     @property
+    def text_config(self) -> "PretrainedConfig":
+        return text_config(self.model)
+
+    @property
+    def hidden_size(self) -> int:
+        return hidden_size(self.model)
+
+    @property
+    def num_layers(self) -> int:
+        return num_layers(self.model)
+
+    @property
+    def rope_theta(self) -> float:
+        return rope_theta(self.model)
+
+    @property
     def vocab_size(self) -> int:
-        return int(self.model.get_output_embeddings().weight.shape[0])
+        return vocab_size(self.model)
 
     @property
     def context_window(self) -> int | None:

@@ -227,3 +227,20 @@ def test_stale_conversion_temporaries_are_removed_unless_a_live_process_owns_the
     assert cache_entry_is_valid(entry)
     assert not mine.exists() and not dead_other.exists()  # left by killed conversions
     assert live_other.is_dir()  # its converter is alive: untouched
+
+
+def test_model_facts_read_the_text_config_and_both_rope_layouts(tiny_target):
+    """Facts come from the language model's config, nested (multimodal) or not, and RoPE's base
+    from `rope_parameters` (transformers 5) or `rope_theta` (before), 10000 when neither is set."""
+    from types import SimpleNamespace
+
+    config = tiny_target.model.config
+    assert tiny_target.text_config is config
+    assert (tiny_target.hidden_size, tiny_target.num_layers) == (config.hidden_size, config.num_hidden_layers)
+    assert tiny_target.vocab_size == tiny_target.model.get_output_embeddings().weight.shape[0]
+    text = SimpleNamespace(hidden_size=8, num_hidden_layers=3, rope_parameters={"rope_theta": 5e5})
+    nested = SimpleNamespace(config=SimpleNamespace(text_config=text))
+    assert models.text_config(nested) is text
+    assert (models.hidden_size(nested), models.num_layers(nested), models.rope_theta(nested)) == (8, 3, 5e5)
+    assert models.rope_theta(SimpleNamespace(config=SimpleNamespace(rope_theta=1e4 / 2))) == 5000.0
+    assert models.rope_theta(SimpleNamespace(config=SimpleNamespace())) == 10000.0

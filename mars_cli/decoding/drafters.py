@@ -104,8 +104,8 @@ class NgramDrafter(Drafter):
 def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
     """A draft model must score the same token ids as the target; refuse anything else."""
     probe = "Speculative decoding: 12 drafts, naïve café — 東京 ✓"
-    target_width = target.model.get_output_embeddings().weight.shape[0]
-    draft_width = draft.model.get_output_embeddings().weight.shape[0]
+    target_width = target.vocab_size
+    draft_width = draft.vocab_size
     problems = []
     if len(target.tokenizer) != len(draft.tokenizer):
         problems.append(f"vocabulary sizes {len(target.tokenizer)} vs {len(draft.tokenizer)}")

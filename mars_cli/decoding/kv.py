@@ -18,6 +18,8 @@ import torch
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
 
+from ..models import text_config
+
 
 @lru_cache(maxsize=None)
 def _cache_keyword(model_class: type) -> str:
@@ -216,7 +218,7 @@ class StaticKVCache:
 def sliding_window(model: torch.nn.Module) -> int | None:
     """The shortest sliding attention window of the model's layers, or None when none slides. A
     draft tree's 4D mask covers every layer alike, so it is valid only within that window."""
-    config = getattr(model.config, "text_config", model.config)
+    config = text_config(model)
     window = getattr(config, "sliding_window", None)
     types = getattr(config, "layer_types", None)
     if not window or (types is not None and "sliding_attention" not in types):

@@ -80,8 +80,7 @@ def load_head(spec: str, target: LoadedModel, allow_pickle: bool = False) -> Pai
 
 def _check_single_file(head: DraftHead, path: Path, target: LoadedModel) -> None:
     config = head.config
-    width = target.model.get_output_embeddings().weight.shape[0]
-    if config.hidden_size != target.model.get_input_embeddings().weight.shape[1] or config.vocab_size != width:
+    if config.hidden_size != target.model.get_input_embeddings().weight.shape[1] or config.vocab_size != target.vocab_size:
         raise UserError(f"draft head {path} was trained for {config.target or 'another model'} "
                         f"(hidden size {config.hidden_size}, vocabulary {config.vocab_size}); "
                         f"it cannot draft for {target.spec}")
@@ -95,8 +94,7 @@ def _check_eagle3(head: Eagle3Head, path: Path, target: LoadedModel) -> None:
     config, model = head.config, target.model
     made_for = config.mars.get("target") or "another model"
     embed_width = model.get_input_embeddings().weight.shape[1]
-    vocab = model.get_output_embeddings().weight.shape[0]
-    layers = getattr(getattr(model.config, "text_config", model.config), "num_hidden_layers", 0)
+    vocab, layers = target.vocab_size, target.num_layers
     problems = []
     if config.hidden_size != embed_width:
         problems.append(f"hidden size {config.hidden_size}, the target's embeddings are {embed_width} wide")

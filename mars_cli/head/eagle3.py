@@ -27,8 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import models
 from ..errors import UserError
-from .model import PairHead, RMSNorm, apply_rope
+from .parts import PairHead, RMSNorm
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -193,9 +194,7 @@ class Eagle3Head(PairHead):
         self.inv_freq, self.rope_scale = rope_frequencies(config)
         self.head_dim = config.attention_head_dim
         self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.embed: nn.Module | None = None  # the target's, borrowed by attach()
         self.aux_layers: tuple[int, ...] | None = None
-        self.source: str | None = None
 
     # ------------------------------------------------------------------ identity
     @property
@@ -219,7 +218,7 @@ class Eagle3Head(PairHead):
         else 2, N // 2 and N - 3 of an N-layer target (the inputs of those layers)."""
         if self.config.aux_layer_ids is not None:
             return tuple(i + 1 for i in self.config.aux_layer_ids)
-        return default_aux_layers(num_layers(target_model))
+        return default_aux_layers(models.num_layers(target_model))
 
     def set_vocabulary(self, draft_to_target: torch.Tensor) -> None:
         """The draft vocabulary as target ids in draft-row order: fills d2t and t2d."""
@@ -229,23 +228,18 @@ class Eagle3Head(PairHead):
         self.t2d[ids] = True
 
     def attach(self, target_model: nn.Module) -> "Eagle3Head":
-        object.__setattr__(self, "embed", target_model.get_input_embeddings())
+        """Borrow the target's input embeddings and note which of its layers to read."""
+        super().attach(target_model)
         self.aux_layers = self.feature_layers_for(target_model)
         return self
 
     # ------------------------------------------------------------------ the layer
-    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
-        weight = self.fc.weight
-        return self.embed(tokens.to(self.embed.weight.device)).to(weight.device, weight.dtype)
-
     def logits(self, state: torch.Tensor) -> torch.Tensor:
         """Scores over the draft vocabulary; row i is target token `vocab_ids[i]`."""
         return self.lm_head(self.norm(state))
 
-    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        angles = positions.float()[:, None] * self.inv_freq.to(positions.device)[None, :]
-        angles = torch.cat([angles, angles], dim=-1)
-        return (angles.cos() * self.rope_scale).to(dtype), (angles.sin() * self.rope_scale).to(dtype)
+    def _inverse_frequencies(self, device: torch.device) -> torch.Tensor:
+        return self.inv_freq.to(device)
 
     def _project(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor):
         layer = self.midlayer
@@ -255,12 +249,9 @@ class Eagle3Head(PairHead):
         normed_state = layer.hidden_norm(state)
         residual = normed_state if self.config.norm_before_residual else state
         stacked = torch.cat([layer.input_layernorm(self.embed_tokens(tokens)), normed_state], dim=-1)
-        attention, d = layer.self_attn, self.head_dim
-        q = attention.q_proj(stacked).unflatten(-1, (self.num_heads, d)).transpose(-3, -2)
-        k = attention.k_proj(stacked).unflatten(-1, (self.num_kv_heads, d)).transpose(-3, -2)
-        v = attention.v_proj(stacked).unflatten(-1, (self.num_kv_heads, d)).transpose(-3, -2)
-        cos, sin = self._rope(positions, q.dtype)
-        return residual, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        attention = layer.self_attn
+        q, k, v = self._attention_inputs(stacked, (attention.q_proj, attention.k_proj, attention.v_proj), positions)
+        return residual, q, k, v
 
     def _finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         layer = self.midlayer
@@ -270,16 +261,9 @@ class Eagle3Head(PairHead):
     # ------------------------------------------------------------------ files
     def save_pretrained(self, directory: Path) -> None:
         """config.json and model.safetensors (fp16), written to a temporary folder then renamed."""
-        from safetensors.torch import save_file
-
         from ..paths import write_atomic
 
-        directory.mkdir(parents=True, exist_ok=True)
-        tensors = {name: (t.to(torch.float16) if t.is_floating_point() else t).contiguous().cpu()
-                   for name, t in self.state_dict().items()}
-        temporary = directory / (WEIGHTS_FILE + ".tmp")
-        save_file(tensors, str(temporary), metadata={"format": "pt"})
-        temporary.replace(directory / WEIGHTS_FILE)
+        self._save_weights(directory / WEIGHTS_FILE, {"format": "pt"})
         write_atomic(directory / CONFIG_FILE, json.dumps(self.config.to_json(), indent=2) + "\n")
 
     @classmethod
@@ -349,11 +333,6 @@ def read_weights(directory: Path, allow_pickle: bool) -> dict[str, torch.Tensor]
         except Exception as error:  # noqa: BLE001 - any unpickling failure means the same to the user
             raise UserError(f"cannot read {pickle_path}: {error}") from None
     raise UserError(f"{directory}: no {WEIGHTS_FILE} (or {PICKLE_FILE})")
-
-
-def num_layers(target_model: nn.Module) -> int:
-    config = getattr(target_model.config, "text_config", target_model.config)
-    return int(config.num_hidden_layers)
 
 
 def default_aux_layers(layers: int) -> tuple[int, int, int]:

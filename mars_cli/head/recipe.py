@@ -17,7 +17,7 @@ from ..options import ModelOptions
 from ..prompts import load_prompts
 from . import data as head_data
 from .eagle3 import Eagle3Head
-from .model import PairHead
+from .parts import PairHead
 from .train import ARCHITECTURES, HELD_OUT_EVERY, HeldOut, TrainSettings, feature_layers, train
 
 Report = Callable[[str, int, int], None]  # (stage, done, total) while generating and extracting

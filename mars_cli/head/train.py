@@ -30,11 +30,13 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import require
+from .. import models
 from ..models import LoadedModel, cpu_computes_bfloat16
 from ..prompts import is_held_out
 from .data import Sequence
-from .eagle3 import Eagle3Config, Eagle3Head, default_aux_layers, num_layers
-from .model import DraftHead, HeadConfig, PairHead
+from .eagle3 import Eagle3Config, Eagle3Head, default_aux_layers
+from .model import DraftHead, HeadConfig
+from .parts import PairHead
 
 HELD_OUT_EVERY = 10
 REGRESSION_WEIGHT = 1.0
@@ -47,7 +49,7 @@ def feature_layers(architecture: str, target_model: torch.nn.Module) -> tuple[in
     """The hidden_states entries training data keeps: what the head reads, then (eagle3) the final
     normed state, from which the target's next-token distribution (the label) is computed."""
     if architecture == "eagle3":
-        return (*default_aux_layers(num_layers(target_model)), -1)
+        return (*default_aux_layers(models.num_layers(target_model)), -1)
     return (-1,)
 
 
@@ -209,10 +211,10 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
     require(len(train_set) >= 1 and len(held_set) >= 1,
             f"training needs at least {HELD_OUT_EVERY} prompts (every {HELD_OUT_EVERY}th is held out)")
     torch.manual_seed(settings.seed)
-    width = target.model.get_output_embeddings().weight.shape[0]
+    width = target.vocab_size
     vocab_ids = vocabulary_subset(train_set, settings.vocab or width, target.eos_token_ids, width)
     record = {**recipe, "settings": asdict(settings)}
-    hidden = target.model.get_input_embeddings().weight.shape[1]
+    hidden = target.hidden_size
     widths = {"eagle3": 4 * hidden, "eagle1": hidden}  # see feature_layers
     stored = next(iter(features.values())).shape[-1]
     require(stored == widths[settings.architecture],
@@ -274,18 +276,14 @@ def new_eagle3_head(target: LoadedModel, draft_vocab: torch.Tensor, record: dict
     """An EAGLE-3 head shaped like one layer of the target (its width, heads, MLP and RoPE, the
     latter written into the config so every loader agrees), its LM head and final norm started
     from the target's own rows and norm, its draft vocabulary `draft_vocab` (ascending ids)."""
-    model = target.model
-    text = getattr(model.config, "text_config", model.config)
-    hidden = int(text.hidden_size)
+    model, text, hidden = target.model, target.text_config, target.hidden_size
     heads = int(text.num_attention_heads)
-    rope = getattr(text, "rope_parameters", None)
-    theta = float((rope.get("rope_theta") if isinstance(rope, dict) else None) or getattr(text, "rope_theta", 10000.0))
     config = Eagle3Config(
         hidden_size=hidden, intermediate_size=int(text.intermediate_size), num_attention_heads=heads,
         num_key_value_heads=int(getattr(text, "num_key_value_heads", None) or heads),
-        head_dim=int(getattr(text, "head_dim", None) or hidden // heads), vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+        head_dim=int(getattr(text, "head_dim", None) or hidden // heads), vocab_size=target.vocab_size,
         draft_vocab_size=int(draft_vocab.numel()), rms_norm_eps=float(getattr(text, "rms_norm_eps", 1e-6)),
-        rope_theta=theta, max_position_embeddings=int(getattr(text, "max_position_embeddings", 2048) or 2048),
+        rope_theta=target.rope_theta, max_position_embeddings=int(getattr(text, "max_position_embeddings", 2048) or 2048),
         mars={"target": target.spec, "target_fingerprint": target.fingerprint, "recipe": record},
     )
     head = Eagle3Head(config)
