@@ -15,7 +15,8 @@ from . import __version__
 from . import calibration_profiles
 from .calibrate import DEFAULT_OBJECTIVE, Calibration, CalibrationRequest, default_destination
 from .calibration_sweep import DEFAULT_LIMIT, DEFAULT_SUITES
-from .errors import UserError, require
+from .errors import StaticCacheFull, UserError, require
+from .notes import note
 from .flags import DECODING_FLAGS, decoding_flags
 from .options import DecodingOptions
 from .render import calibration_table, eval_table, stats_table
@@ -198,7 +199,7 @@ def calibrate(
             return lambda n: progress.advance(task, n)
 
         data, written = calibration.run(_reproduce_command("calibrate"), start_pass,
-                                        lambda text: err.print(f"mars: note: {text}", markup=False))
+                                        note)
     if plot is not None:
         plot_sweeps(data, plot)
     if as_json:
@@ -503,13 +504,20 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         if debug:
             raise
-        print(f"mars: error: {exc}", file=sys.stderr)
+        print(f"mars: error: {exc}{_advice(exc)}", file=sys.stderr)
         return 2
     except FloatingPointError as exc:
         if debug:
             raise
         print(f"mars: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _advice(error: UserError) -> str:
+    """What the user can do about an error the decoding core raised in its own terms."""
+    if isinstance(error, StaticCacheFull):
+        return "; decode with --compile off"
+    return ""
 
 
 def _closed_pipe() -> int:

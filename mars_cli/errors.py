@@ -5,6 +5,11 @@ class UserError(Exception):
     """Bad input or an unusable environment: the message is shown to the user as is."""
 
 
+class StaticCacheFull(UserError):
+    """A sequence needs more positions than the static cache (the compiled forwards') holds. The
+    core says what happened; the CLI adds what to do about it."""
+
+
 def require(condition: bool, message: str) -> None:
     """Raise a UserError with `message` unless `condition` holds."""
     if not condition:

@@ -13,7 +13,6 @@ import json
 import os
 import pickle
 import shutil
-import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import torch
 
 from .errors import UserError, require
 from .paths import cache_dir
+from .notes import note, warn
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -119,8 +119,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         return {"cuda": torch.bfloat16, "mps": torch.float16}.get(device.type, torch.float32)
     require(name in _DTYPES, f"--dtype {name}: expected auto, float32, bfloat16 or float16")
     if name == "bfloat16" and device.type == "cpu" and not cpu_computes_bfloat16():
-        print("mars: warning: this CPU has no native bfloat16 arithmetic; --dtype bfloat16 runs emulated "
-              "(slower than float32)", file=sys.stderr)
+        warn("this CPU has no native bfloat16 arithmetic; --dtype bfloat16 runs emulated (slower than float32)")
     return _DTYPES[name]
 
 
@@ -165,7 +164,7 @@ def gguf_cache_entry(gguf_path: Path) -> Path:
             return entry
         _remove_stale_temporaries(entry)
         if entry.exists():
-            print(f"mars: cache entry {entry} is incomplete or corrupt; rebuilding it", file=sys.stderr)
+            note(f"cache entry {entry} is incomplete or corrupt; rebuilding it")
             shutil.rmtree(entry, ignore_errors=True)
         _convert_gguf(gguf_path, digest, entry)
     return entry
@@ -224,7 +223,7 @@ def _convert_gguf(gguf_path: Path, digest: str, entry: Path) -> None:
     entry.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=entry.name + ".tmp-", dir=entry.parent))
     try:
-        print(f"mars: converting {gguf_path.name} once (later loads use the cache)", file=sys.stderr)
+        note(f"converting {gguf_path.name} once (later loads use the cache)")
         _dequantise(gguf_path, staging)
         meta = {"format": CACHE_FORMAT, "source_gguf": str(gguf_path), "gguf_sha256": digest}
         meta["files"] = _manifest(staging)
@@ -455,8 +454,7 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, torch_device)
     location, gguf_name = resolve_spec(spec)
     if trust_remote_code:
-        print("mars: warning: --trust-remote-code runs Python code shipped with the model",
-              file=sys.stderr)
+        warn("--trust-remote-code runs Python code shipped with the model")
     kwargs: dict[str, object] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
     if not allow_pickle:
         kwargs["use_safetensors"] = True

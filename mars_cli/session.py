@@ -6,7 +6,6 @@ target (and a draft model if asked), builds the drafter and verifier once, and d
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -27,6 +26,7 @@ from .errors import UserError, require
 from .models import LoadedModel
 from .options import DecodingOptions
 from .prompts import encode_messages
+from .notes import note
 
 
 @dataclass
@@ -111,11 +111,10 @@ class Session:
         self.tree = CHAIN if kind == "none" else self._tree_shape()
         self.drafter = self._build_drafter(kind, head, self.tree)
         if kind == "ngram" and isinstance(drafting.draft_topk, int) and drafting.draft_topk > 1:
-            calibration_profiles.note_once("n-gram lookup has no distribution to branch on: its tree's branches are "
-                                           "the continuations of earlier matches, as many as it finds")
+            note("n-gram lookup has no distribution to branch on: its tree's branches are the continuations of "
+                 "earlier matches, as many as it finds", once=True)
         elif kind == "none" and drafting.draft_topk not in (1, "auto"):  # plain decoding: nothing to branch
-            print(f"mars: note: --draft {drafting.draft} proposes nothing; --draft-topk {drafting.draft_topk} "
-                  "is ignored", file=sys.stderr)
+            note(f"--draft {drafting.draft} proposes nothing; --draft-topk {drafting.draft_topk} is ignored")
 
     def _tree_shape(self) -> TreeShape:
         """--draft-topk / --draft-tokens, `auto` ones from the target's measured cost curve."""
@@ -124,7 +123,7 @@ class Session:
         if topk == 1:
             return CHAIN
         if "auto" in (topk, tokens):
-            curve = cost.curve_for(self.scorer, note=lambda text: print(f"mars: {text}", file=sys.stderr))
+            curve = cost.curve_for(self.scorer, note=note)
             chosen = cost.tree_shape(curve)
             topk = chosen.topk if topk == "auto" else topk
             tokens = chosen.tokens if tokens == "auto" else tokens
@@ -196,7 +195,7 @@ class Session:
         if isinstance(self.drafter, NoDrafter):
             return None
         if self._draft_length is None:
-            curve = cost.curve_for(self.scorer, note=lambda text: print(f"mars: {text}", file=sys.stderr))
+            curve = cost.curve_for(self.scorer, note=note)
             if self.tree.topk > 1:  # a tree: its depth (levels searched) or no drafting; its width is fixed
                 width = self.tree.tokens + 1
                 self._draft_length = AdaptiveDraftLength(curve, cost.TREE_DEPTH, cost.TREE_DEPTHS,

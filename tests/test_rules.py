@@ -282,9 +282,10 @@ def test_one_hot_sibling_rule_has_its_closed_form(req, seed, scale):
     uniforms = torch.rand(tree.size, generator=torch.Generator().manual_seed(seed + 1))
     batch = DraftBatch.of_trees([tree])
     _, strict, residual = sampling_choices(batch, p, uniforms, None, None)
+    chosen = first_sibling(strict, batch.parent_rows)
 
     p64, tokens, parents = p.double(), tree.tokens.tolist(), tree.parents.tolist()
-    checked = 0
+    checked, closed_form = 0, {}
     for i, (token, parent) in enumerate(zip(tokens, parents)):
         earlier = [tokens[j] for j in range(i) if parents[j] == parent]
         lhs = uniforms[i].double() * (1 - p64[parent + 1, earlier].sum())
@@ -292,6 +293,10 @@ def test_one_hot_sibling_rule_has_its_closed_form(req, seed, scale):
         if abs(lhs - rhs) > 1e-5:
             assert bool(strict[i]) == bool(lhs < rhs), (i, float(lhs), float(rhs))
             checked += 1
+        closed_form[i] = bool(lhs < rhs) if abs(lhs - rhs) > 1e-5 else bool(strict[i])
+    for i, parent in enumerate(parents):  # each parent moves to its first accepted child
+        first = next(j for j in range(len(parents)) if parents[j] == parent and (closed_form[j] or j == i))
+        assert bool(chosen[i]) == (closed_form[i] and first == i), i
     for row in range(tree.size + 1):
         removed = [tokens[i] for i, parent in enumerate(parents) if parent + 1 == row]
         rest = p64[row].clone()
@@ -351,3 +356,43 @@ def test_flat_layout_matches_each_tree(reqs):
         groups = [sorted(g.tolist()) for g in batch.rank_groups]
         assert groups == [[i for i, r in enumerate(rank) if r == level] for level in range(len(groups))]
         assert sum(len(g) for g in groups) == len(rank)
+
+
+# ----------------------------------------------------------------------------- exactness over siblings
+@pytest.mark.parametrize("with_q", [True, False])
+def test_strict_sampling_over_siblings_follows_the_target(with_q):
+    """Recursive rejection over siblings is exact: 20,000 rounds of a tree with three children of
+    the root (drawn without replacement from q, each node's q being q with its earlier siblings
+    removed; or, one-hot, chosen by a fixed skewed rule) and one grandchild: the first emitted
+    token (the accepted child's, else the token drawn after all three were rejected) follows p."""
+    torch.manual_seed(1)
+    vocab, per_batch, draws = 6, 250, 20_000
+    target_logits = torch.randn(5, vocab) * 1.5
+    p0 = torch.softmax(target_logits[0], -1)
+    q0 = torch.softmax(torch.randn(vocab) * 1.5, -1) if with_q else \
+        torch.tensor([0.05, 0.05, 0.05, 0.05, 0.4, 0.4])
+    assert 0.5 * (q0 - p0).abs().sum() > 0.15  # accepting the first sibling would fail the test
+    parents = torch.tensor([-1, -1, -1, 0]).repeat(per_batch)
+    drafts_generator, generator = torch.Generator().manual_seed(11), torch.Generator().manual_seed(12)
+    verifier = Verifier("strict", sampling=SamplingParams(1.0))
+    firsts = []
+    for _ in range(draws // per_batch):
+        children = torch.multinomial(q0.expand(per_batch, vocab), 3, replacement=False, generator=drafts_generator)
+        grandchild = torch.randint(vocab, (per_batch, 1), generator=drafts_generator)
+        tokens = torch.cat([children, grandchild], dim=1)  # [per_batch, 4]
+        q = None
+        if with_q:
+            removed = torch.zeros(per_batch, 3, vocab)
+            removed[:, 1] = torch.nn.functional.one_hot(children[:, 0], vocab)
+            removed[:, 2] = removed[:, 1] + torch.nn.functional.one_hot(children[:, 1], vocab)
+            sibling_q = q0 * (1 - removed)
+            sibling_q = sibling_q / sibling_q.sum(-1, keepdim=True)
+            q = torch.cat([sibling_q, torch.nn.functional.one_hot(grandchild, vocab).float()], dim=1)
+            q = q.reshape(-1, vocab)
+        batch = DraftBatch.of(tokens.reshape(-1), parents, [4] * per_batch, q)
+        verdicts = verifier.verify_batch(target_logits.repeat(per_batch, 1), batch, generator)
+        for r, verdict in enumerate(verdicts):
+            firsts.append(tokens[r, verdict.accepted_positions[0]].item() if verdict.accepted_positions
+                          else verdict.next_token)
+    tv = 0.5 * (torch.bincount(torch.tensor(firsts), minlength=vocab) / draws - p0).abs().sum().item()
+    assert tv < 0.03, tv

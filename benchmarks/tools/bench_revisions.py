@@ -27,7 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_decoding import PROMPTS  # noqa: E402  (the decoding benchmark's prompts)
 
-METHODS = {"plain": {"draft": "none"}, "ngram-strict": {"draft": "ngram", "verify": "strict"}}
+# `default`: what `mars generate` does with no flags (its drafter, draft shape and length from the cost model)
+METHODS = {"plain": {"draft": "none"}, "ngram-strict": {"draft": "ngram", "verify": "strict"},
+           "default": {"draft": "auto", "num_draft": "auto"}}
 
 
 def extract(revision: str, into: Path) -> str:
@@ -47,10 +49,10 @@ def session_for(package: str, target, options: dict, max_new_tokens: int):
     try:
         options_module = importlib.import_module(f"{package}.options")
         session_module = importlib.import_module(f"{package}.session")
-        made = options_module.DecodingOptions.of(max_new_tokens=max_new_tokens, num_draft=4, **options)
+        made = options_module.DecodingOptions.of(max_new_tokens=max_new_tokens, **{"num_draft": 4, **options})
     except ModuleNotFoundError:
         session_module = importlib.import_module(f"{package}.runner")
-        made = session_module.DecodingOptions(max_new_tokens=max_new_tokens, num_draft=4, **options)
+        made = session_module.DecodingOptions(max_new_tokens=max_new_tokens, **{"num_draft": 4, **options})
     return session_module.Session(made, target=target)
 
 
@@ -60,12 +62,14 @@ def main() -> None:
     parser.add_argument("b")
     parser.add_argument("--target", default="smollm2-135m")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from " + ", ".join(METHODS))
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    methods = {name: METHODS[name] for name in args.methods.split(",")}
 
     workdir = Path(tempfile.mkdtemp(prefix="mars-ab-"))
     sys.path.insert(0, str(workdir))
@@ -73,7 +77,7 @@ def main() -> None:
     loader = importlib.import_module(f"{packages['b']}.models")
     target = loader.load_model(args.target, device="cpu", dtype=args.dtype)
     sessions = {(label, method): session_for(package, target, options, args.max_new_tokens)
-                for label, package in packages.items() for method, options in METHODS.items()}
+                for label, package in packages.items() for method, options in methods.items()}
     encode = sessions[("b", "plain")]
     prompts = {name: encode.encode(text) for name, text in PROMPTS.items()}
     for session in sessions.values():  # warm-up
@@ -99,7 +103,7 @@ def main() -> None:
         rows.append({"revision": args.a if label == "a" else args.b, "method": method, "tokens_per_s": tokens / wall,
                      "loop_overhead_share": outside / wall,
                      "same_output_as_a": outputs[(label, method)] == outputs[("a", method)]})
-    for method in METHODS:
+    for method in methods:
         a, b = (next(r for r in rows if r["method"] == method and r["revision"] == rev) for rev in (args.a, args.b))
         b["speed_vs_a"] = b["tokens_per_s"] / a["tokens_per_s"]
     print("| method | revision | tok/s | vs A | loop overhead | same output as A |")

@@ -23,7 +23,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..errors import UserError
+from ..errors import StaticCacheFull, UserError
+from ..notes import note
 from ..models import LoadedModel
 from .kv import KVCache, StaticCacheUnsupported, StaticKVCache, compile_forward, sliding_window, static_cache_problem
 from .tree import DraftTree, attention_bias
@@ -204,10 +205,9 @@ class TargetScorer:
                 self._static.reset()
             return self._static
         if not self.fallback:
-            raise UserError(f"{problem}; decode with --compile off")
+            raise StaticCacheFull(problem)
         if not self._noted:
-            print(f"mars: note: {problem}; such sequences decode with the growing cache, uncompiled",
-                  file=sys.stderr)
+            note(f"{problem}; such sequences decode with the growing cache, uncompiled")
             self._noted = True
         return KVCache(self.target.model)
 
@@ -225,8 +225,7 @@ class TargetScorer:
             if feed.numel() < width:
                 feed = torch.cat([feed, pending.expand(width - feed.numel())])
         if isinstance(self.cache, StaticKVCache) and feed.numel() > self.cache.room():
-            raise UserError(f"the sequence outgrew its static cache ({self.cache.capacity} positions); "
-                            "decode with --compile off")
+            raise StaticCacheFull(f"the sequence outgrew its static cache ({self.cache.capacity} positions)")
         layout = None if tree.is_chain() else self._tree_layout(tree, feed.numel())
         with torch.inference_mode():
             output = self._forward(feed, layout=layout)
@@ -282,8 +281,8 @@ class TargetScorer:
             # a copy made here (inference mode) is an inference tensor whatever the caller passed:
             # the compiled graph is guarded on that, and would otherwise be compiled twice
             if not self._widths:
-                print("mars: note: compiling the target's forwards, once per verification width (up to a minute "
-                      "each the first time; torch caches them for later runs)", file=sys.stderr)
+                note("compiling the target's forwards, once per verification width (up to a minute each the first "
+                     "time; torch caches them for later runs)")
             logits, features = self.cache.call(self._step, ids.clone(), layout)
             self._widths.add(ids.shape[1])
             if self.target.device.type == "cuda":  # a CUDA graph's outputs are overwritten by its next replay

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from .jail import SETUP_FAILED
+from ..notes import warn
 
 MEMORY_LIMIT_BYTES = 1 << 30
 CPU_SECONDS = 10
@@ -112,7 +113,7 @@ def sandbox_mode(weak_allowed: bool) -> bool:
         raise UserError(f"cannot isolate generated code here ({problem}); pass --weak-sandbox to run it with "
                         "weaker isolation (process group, resource limits, nobody when root), or leave out "
                         "--allow-code-execution")
-    print(f"mars: warning: running generated code with weaker isolation ({problem})", file=sys.stderr)
+    warn(f"running generated code with weaker isolation ({problem})")
     return False
 
 

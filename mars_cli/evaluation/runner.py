@@ -9,7 +9,6 @@ import dataclasses
 import json
 import os
 import statistics
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +23,7 @@ from . import execution
 from .methods import Method
 from .metrics import chrf, exact_number, extract_code, rouge_l, words
 from .suites import Sample, Suite
+from ..notes import note
 
 
 # --------------------------------------------------------------------------- scoring
@@ -90,8 +90,8 @@ class SampleLog:
         elif dropped or duplicates:
             write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.records))
         if dropped:
-            print(f"mars: dropped {dropped} torn line{'s' if dropped > 1 else ''} of {path} (an interrupted write); "
-                  f"{'its sample runs' if dropped == 1 else 'their samples run'} again", file=sys.stderr)
+            note(f"dropped {dropped} torn line{'s' if dropped > 1 else ''} of {path} (an interrupted write); "
+                 f"{'its sample runs' if dropped == 1 else 'their samples run'} again")
 
     def done(self) -> set[tuple[str, str, str]]:
         """The keys already finished, which --resume skips."""

@@ -4,12 +4,12 @@ file, and any `datasets` spec. A suite is a list of samples plus the name of its
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..notes import note
 
 SUITE_DIR = Path(__file__).resolve().parent.parent / "data" / "suites"
 BUILTIN = {  # name -> task metric
@@ -82,9 +82,8 @@ def load_suites(text: str, limit: int | None, allow_code_execution: bool) -> tup
     suites = [load_suite(spec, limit) for spec in specs]
     unscored = [suite.name for suite in suites if suite.needs_execution]
     if unscored and not allow_code_execution:
-        print(f"mars: note: {', '.join(unscored)} {'is' if len(unscored) == 1 else 'are'} scored by running generated "
-              "code: without --allow-code-execution the task metric is not reported (speed and agreement are)",
-              file=sys.stderr)
+        note(f"{', '.join(unscored)} {'is' if len(unscored) == 1 else 'are'} scored by running generated code: "
+             "without --allow-code-execution the task metric is not reported (speed and agreement are)")
     return specs, suites
 
 
