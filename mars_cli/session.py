@@ -198,24 +198,28 @@ class Session:
 
     def stream(self, prompt_ids: list[int], stats: DecodeStats,
                observe: Callable[[torch.Tensor], None] | None = None,
-               seed: int | None = None, settings: DecodeSettings | None = None) -> Iterator[list[int]]:
+               seed: int | None = None, settings: DecodeSettings | None = None, *,
+               verifier: Verifier | None = None) -> Iterator[list[int]]:
         """Decode one prompt. `seed` overrides --seed for this call (calibration varies it);
-        `settings` overrides the loop settings (profiling sweeps the draft length)."""
+        `settings` overrides the loop settings (profiling sweeps the draft length); `verifier`
+        overrides the session's verifier (calibration's sweep varies the rule and threshold)."""
         seed = self.options.sampling.seed if seed is None else seed
         generator = make_generator(self.target.output_device, seed)
         if seed is not None and self.drafter.generator is not None:
             self.drafter.generator.manual_seed(seed + 1)
         settings = settings or self.settings()
         draft_length = self.draft_length() if settings.adaptive_draft else None
-        return decode(self.scorer, self.drafter, self.verifier, prompt_ids, settings, generator, stats, observe,
+        verifier = self.verifier if verifier is None else verifier
+        return decode(self.scorer, self.drafter, verifier, prompt_ids, settings, generator, stats, observe,
                       draft_length)
 
     def run(self, prompt: str | list[int], observe: Callable[[torch.Tensor], None] | None = None,
-            seed: int | None = None, settings: DecodeSettings | None = None) -> Result:
+            seed: int | None = None, settings: DecodeSettings | None = None, *,
+            verifier: Verifier | None = None) -> Result:
         prompt_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         stats = DecodeStats()
         tokens: list[int] = []
-        for chunk in self.stream(prompt_ids, stats, observe, seed, settings):
+        for chunk in self.stream(prompt_ids, stats, observe, seed, settings, verifier=verifier):
             tokens.extend(chunk)
         return Result(self.decode_text(tokens), tokens, stats)
 
