@@ -19,52 +19,12 @@ from .decoding import cost
 from .decoding.cost import AdaptiveDraftLength
 from .decoding.stats import DecodeStats
 from .decoding.target import TargetScorer, resolve_compile
-from .decoding.verifiers import DEFAULT_THRESHOLD, Verifier
-from . import calibration_profiles
-from .errors import UserError, require
+from .decoding.verifiers import Verifier
+from .calibration.profiles import note_once, resolve_threshold
+from .errors import require
 from .models import LoadedModel
 from .options import DecodingOptions
 from .prompts import encode_messages
-
-
-@dataclass
-class ResolvedThreshold:
-    value: float
-    source: str  # "flag", "default" or the profile file's path
-
-
-def resolve_threshold(options: DecodingOptions, target: LoadedModel) -> ResolvedThreshold:
-    """--threshold wins; then --calibration; then a profile matching the target's fingerprint
-    (user directory, then shipped); then the paper's 0.9. From a profile, the thresholds of the
-    mode that matches the temperature (greedy for T = 0, sampled otherwise; the other one with a
-    note when it has only one), held on the raw scale and converted to the temperature in use."""
-    verification = options.verification
-    if verification.threshold is not None:
-        return ResolvedThreshold(verification.threshold, "flag")
-    if verification.calibration is not None:
-        profile = calibration_profiles.load(verification.calibration)
-        calibration_profiles.check_matches(profile, target.fingerprint, target.spec, verification.force)
-    elif verification.verify == "mars":
-        profile = calibration_profiles.find_for(target.fingerprint)
-    else:
-        profile = None
-    if profile is None:
-        return ResolvedThreshold(DEFAULT_THRESHOLD, "default")
-    temperature = options.sampling.temperature
-    choice = profile.mode_for(temperature)  # greedy (T = 0) or sampled thresholds, as decoding visits them
-    if choice.note is not None:
-        calibration_profiles.note_once(choice.note)  # never silently; once, though eval builds many sessions
-    measure = verification.margin
-    thresholds = choice.block["thresholds"]
-    if measure not in thresholds:  # a quality= fit sweeps one measure; its loss bound covers both
-        bound = (choice.block.get("loss_bound") or {}).get("thresholds") or {}
-        if measure not in bound:
-            raise UserError(f"profile {profile.path} has no {choice.name} threshold for --margin {measure}")
-        calibration_profiles.note_once(f"profile {profile.path.name} fitted {choice.name} quality on "
-                                       f"{', '.join(thresholds)} only; --margin {measure} uses its loss bound")
-        thresholds = bound
-    theta = calibration_profiles.threshold_at_temperature(float(thresholds[measure]), measure, temperature)
-    return ResolvedThreshold(theta, str(profile.path))
 
 
 @dataclass
@@ -108,8 +68,8 @@ class Session:
         if grows_trees:
             self.drafter.tree_topk, self.drafter.tree_tokens = self.tree.topk, self.tree.tokens
         if isinstance(self.drafter, NgramDrafter) and isinstance(drafting.draft_topk, int) and drafting.draft_topk > 1:
-            calibration_profiles.note_once("n-gram lookup has no distribution to branch on: its tree's branches are "
-                                           "the continuations of earlier matches, as many as it finds")
+            note_once("n-gram lookup has no distribution to branch on: its tree's branches are "
+                      "the continuations of earlier matches, as many as it finds")
         elif drafting.draft_topk not in (1, "auto"):  # plain decoding: nothing to branch
             print(f"mars: note: --draft {drafting.draft} proposes nothing; --draft-topk {drafting.draft_topk} "
                   "is ignored", file=sys.stderr)

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mars_cli import calibration_profiles
-from mars_cli import calibration_sweep as sweeping
-from mars_cli.calibrate import to_raw
-from mars_cli.calibration_profiles import Profile, mode_of
+from mars_cli.calibration import profiles as calibration_profiles
+from mars_cli.calibration import sweep as sweeping
+from mars_cli.calibration.profiles import Profile, mode_of, to_raw
 from mars_cli.cli import main
 from mars_cli.errors import UserError
 
@@ -48,8 +47,11 @@ def test_relative_drop_is_a_share_of_strict_and_higher_is_better():
 
 
 def record(metric, score, tokens=10, logprob=-4.0, rounds=5, accepted=5, relaxed=0):
-    return {"metric": metric, "id": "x", "tokens": tokens, "logprob": logprob, "rounds": rounds,
-            "accepted": accepted, "relaxed": relaxed, "score": score}
+    """A sample record as `mars eval` writes it (the sweep's records are eval's), with the metric named."""
+    return {"suite": metric.partition(":")[0], "sample_id": "x", "method": "m", "metric": metric,
+            "new_tokens": tokens, "sum_logprob": logprob, "rounds": rounds, "drafted": accepted,
+            "accepted": accepted, "relaxed": relaxed, "drafted_at": [], "accepted_at": [], "token_ids": [],
+            "accepted_per_round": {}, "wall_s": 1.0, "rss_mb": 1.0, "task_score": score}
 
 
 def synthetic_run(scores_by_theta, strict_scores):
