@@ -86,13 +86,11 @@ def summarise(records: Sequence[dict], indices: Sequence[int]) -> dict[str, floa
     chosen = [records[i] for i in indices]
     pooled = _row("pooled", chosen, {})  # no vanilla run: no agreement figures
     summary = {"tau": pooled["tau"], "relaxed_share": pooled["relaxed_share"], "mean_logprob": pooled["mean_logprob"]}
-    by_metric: dict[str, list[dict]] = defaultdict(list)
+    scored: dict[str, list[dict]] = defaultdict(list)  # a sample without a score does not count
     for record in chosen:
-        by_metric[record["metric"]].append(record)
-    for name, group in by_metric.items():
-        score = _row(name, group, {})["task_metric"]  # None when no sample has a score
-        if score is not None:
-            summary[name] = score
+        if record["task_score"] is not None:
+            scored[record["metric"]].append(record)
+    summary.update({name: _row(name, group, {})["task_metric"] for name, group in scored.items()})
     return summary
 
 
