@@ -11,10 +11,7 @@ from typing import Annotated, Callable, Optional
 import typer
 from rich.console import Console
 
-from . import __version__
-from . import calibration_profiles
-from .calibrate import DEFAULT_OBJECTIVE, Calibration, CalibrationRequest, default_destination
-from .calibration_sweep import DEFAULT_LIMIT, DEFAULT_SUITES
+from . import __version__, calibration
 from .errors import StaticCacheFull, UserError, require
 from .notes import note
 from .flags import DECODING_FLAGS, decoding_flags
@@ -148,12 +145,12 @@ def calibrate(
         "--max-new-tokens", "-n", help="Length of each continuation (default 64; 48 for quality=).")] = None,
     objective: Annotated[str, typer.Option(
         "--objective", help="rate=R (share of low-margin positions), loss=L (nats/token bound) or quality=DROP "
-                            "(most permissive theta whose task metrics stay within a relative DROP of strict).")] = DEFAULT_OBJECTIVE,
+                            "(most permissive theta whose task metrics stay within a relative DROP of strict).")] = calibration.DEFAULT_OBJECTIVE,
     suite: Annotated[str, typer.Option(
         "--suite", help="quality=: comma-separated suites with task metrics (math, summarize, translate, code, "
-                        "or a .jsonl file).")] = DEFAULT_SUITES,
+                        "or a .jsonl file).")] = calibration.DEFAULT_SUITES,
     limit: Annotated[int, typer.Option(
-        "--limit", help="quality=: samples per suite, taken from its end (eval --limit takes the front).")] = DEFAULT_LIMIT,
+        "--limit", help="quality=: samples per suite, taken from its end (eval --limit takes the front).")] = calibration.DEFAULT_LIMIT,
     thetas: Annotated[Optional[str], typer.Option(
         "--thetas", help="quality=: thresholds to sweep, e.g. 0.8,0.9,0.95 (default: five per --margin).")] = None,
     allow_code_execution: Annotated[bool, typer.Option(
@@ -172,36 +169,34 @@ def calibrate(
         "--resume", help="Continue an interrupted calibration with the same options and --out.")] = False,
 ) -> None:
     """Fit per-model MARS thresholds per decoding mode (a bound, or measured quality) into a YAML profile."""
-    from .calibration_plot import plot_sweeps
-
     if replot is not None:
         require(plot is not None, "--replot PROFILE draws to --plot FILE: give both")
         _check_writable_file(plot)
-        plot_sweeps(calibration_profiles.load(replot).data, plot)
+        calibration.replot(replot, plot)
         out.print(f"plot written to {plot}")
         return
-    request = CalibrationRequest(out_path or default_destination(options.model.target), prompts=prompts,
-                                 temperature=temperature, samples=samples, held_out_samples=held_out_samples,
-                                 max_new_tokens=max_new_tokens, objective=objective, seed=seed, resume=resume,
-                                 modes=modes, suite=suite, limit=limit, thetas=thetas,
-                                 allow_code_execution=allow_code_execution, weak_sandbox=weak_sandbox)
+    destination = out_path or calibration.default_destination(options.model.target)
+    request = calibration.CalibrationRequest(destination, prompts=prompts, temperature=temperature, samples=samples,
+                                             held_out_samples=held_out_samples, max_new_tokens=max_new_tokens,
+                                             objective=objective, seed=seed, resume=resume, modes=modes, suite=suite,
+                                             limit=limit, thetas=thetas, allow_code_execution=allow_code_execution,
+                                             weak_sandbox=weak_sandbox)
     request.validate()
     options.drafting.validate()
     if plot is not None:
         require(request.quality, "--plot draws a quality= sweep; rate= and loss= fits have none")
         _check_writable_file(plot)
-    calibration = Calibration(options, request)  # reads the prompts (quality=: the suites)
+    job = calibration.Calibration(options, request)  # reads the prompts (quality=: the suites)
     _check_writable(request.destination)
-    calibration.load()  # the interrupted run's positions (--resume) and the target
+    job.load()  # the interrupted run's positions (--resume) and the target
     with _progress() as progress:
         def start_pass(stage: str, total: int) -> Callable[[int], None]:
             task = progress.add_task(stage, total=total)
             return lambda n: progress.advance(task, n)
 
-        data, written = calibration.run(_reproduce_command("calibrate"), start_pass,
-                                        note)
+        data, written = job.run(_reproduce_command("calibrate"), start_pass, note)
     if plot is not None:
-        plot_sweeps(data, plot)
+        calibration.plot_sweeps(data, plot)
     if as_json:
         sys.stdout.write(json.dumps({"profile": str(written), **data}) + "\n")
         return

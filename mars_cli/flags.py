@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 from dataclasses import dataclass
 from collections.abc import Callable, Collection, Mapping
 from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
-from .errors import UserError
 from .models import DEFAULT_TARGET, EMBEDDED
 from .options import DEFAULT_HEAD_CONFIDENCE, DEFAULT_NUM_DRAFT, DecodingOptions
 
@@ -59,8 +57,6 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
           help="Margin measure: 'logit-ratio' (z2/z1, the paper's) or 'prob-ratio' (p2/p1, shift-invariant)."),
     _flag("calibration", Optional[str], None, "--calibration", rich_help_panel=DECODING,
           help="Calibration profile (YAML) to take the threshold from."),
-    _flag("profile_alias", Optional[str], None, "--profile", hidden=True,
-          help="Old name of --calibration (kept for one release)."),
     _flag("force", bool, False, "--force", rich_help_panel=DECODING,
           help="Use a --calibration profile made for another model."),
     _flag("num_draft", str, DEFAULT_NUM_DRAFT, "--num-draft", "-k", rich_help_panel=DECODING,
@@ -107,7 +103,7 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
 GROUPS: dict[str, tuple[str, ...]] = {
     "model": ("target", "device", "dtype", "compile", "device_map", "trust_remote_code", "allow_pickle"),
     "drafting": ("draft", "num_draft", "draft_topk", "draft_tokens", "head_confidence"),
-    "verification": ("verify", "threshold", "margin", "calibration", "profile_alias", "force"),
+    "verification": ("verify", "threshold", "margin", "calibration", "force"),
     "sampling": ("temperature", "top_p", "top_k", "seed"),
 }
 DECODING_FLAGS = (*GROUPS, "max_new_tokens")  # what every decoding command takes
@@ -121,8 +117,6 @@ def decoding_flags(*wanted: str, defaults: Mapping[str, Any] | None = None,
     `defaults` overrides a flag's default for this command (e.g. `{"draft": "ngram"}`). The
     command receives them as one `options: DecodingOptions`."""
     names = {name for group in wanted for name in GROUPS.get(group, (group,))} - set(without)
-    if "calibration" not in names:
-        names.discard("profile_alias")  # the old name goes with the new one
     overrides = dict(defaults or {})
     unknown = sorted((names - set(FLAGS)) | (set(overrides) - names))
     if unknown:
@@ -144,7 +138,7 @@ def decoding_flags(*wanted: str, defaults: Mapping[str, Any] | None = None,
         @functools.wraps(command)
         def run(*args: Any, **kwargs: Any) -> Any:
             values = {flag.name: kwargs.pop(flag.name) for flag in chosen}
-            kwargs[OPTIONS] = options_from_flags(values)
+            kwargs[OPTIONS] = DecodingOptions.of(**values)
             return command(*args, **kwargs)
 
         run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
@@ -153,14 +147,3 @@ def decoding_flags(*wanted: str, defaults: Mapping[str, Any] | None = None,
 
     return decorate
 
-
-def options_from_flags(values: dict[str, Any]) -> DecodingOptions:
-    """The options from parsed flag values; the hidden `--profile` is `--calibration` by its old name."""
-    alias = values.pop("profile_alias", None)
-    if alias is not None:
-        if values.get("calibration") is not None:
-            raise UserError("--profile is the old name of --calibration: give only --calibration")
-        print("mars: warning: --profile is renamed --calibration; the old name will be removed",
-              file=sys.stderr)
-        values["calibration"] = alias
-    return DecodingOptions.of(**values)

@@ -14,7 +14,8 @@ import torch
 
 from .decoding import cost
 from .decoding.stats import DecodeStats
-from .decoding.verifiers import TopTwoRecorder, margin
+from .calibration.collection import TopTwoRecorder
+from .decoding.verifiers import margin
 from .session import Session
 
 DEFAULT_PROMPT = (

@@ -20,53 +20,13 @@ from .decoding.cost import AdaptiveDraftLength
 from .decoding.stats import DecodeStats
 from .decoding.target import TargetScorer, resolve_compile
 from .decoding.tree import CHAIN, TreeShape
-from .decoding.verifiers import DEFAULT_THRESHOLD, Verifier
-from . import calibration_profiles
-from .errors import UserError, require
+from .decoding.verifiers import Verifier
+from .calibration.profiles import resolve_threshold
+from .errors import require
 from .models import LoadedModel
 from .options import DecodingOptions
 from .prompts import encode_messages
 from .notes import note
-
-
-@dataclass
-class ResolvedThreshold:
-    value: float
-    source: str  # "flag", "default" or the profile file's path
-
-
-def resolve_threshold(options: DecodingOptions, target: LoadedModel) -> ResolvedThreshold:
-    """--threshold wins; then --calibration; then a profile matching the target's fingerprint
-    (user directory, then shipped); then the paper's 0.9. From a profile, the thresholds of the
-    mode that matches the temperature (greedy for T = 0, sampled otherwise; the other one with a
-    note when it has only one), held on the raw scale and converted to the temperature in use."""
-    verification = options.verification
-    if verification.threshold is not None:
-        return ResolvedThreshold(verification.threshold, "flag")
-    if verification.calibration is not None:
-        profile = calibration_profiles.load(verification.calibration)
-        calibration_profiles.check_matches(profile, target.fingerprint, target.spec, verification.force)
-    elif verification.verify == "mars":
-        profile = calibration_profiles.find_for(target.fingerprint)
-    else:
-        profile = None
-    if profile is None:
-        return ResolvedThreshold(DEFAULT_THRESHOLD, "default")
-    temperature = options.sampling.temperature
-    choice = profile.mode_for(temperature)  # greedy (T = 0) or sampled thresholds, as decoding visits them
-    if choice.note is not None:
-        calibration_profiles.note_once(choice.note)  # never silently; once, though eval builds many sessions
-    measure = verification.margin
-    thresholds = choice.block["thresholds"]
-    if measure not in thresholds:  # a quality= fit sweeps one measure; its loss bound covers both
-        bound = (choice.block.get("loss_bound") or {}).get("thresholds") or {}
-        if measure not in bound:
-            raise UserError(f"profile {profile.path} has no {choice.name} threshold for --margin {measure}")
-        calibration_profiles.note_once(f"profile {profile.path.name} fitted {choice.name} quality on "
-                                       f"{', '.join(thresholds)} only; --margin {measure} uses its loss bound")
-        thresholds = bound
-    theta = calibration_profiles.threshold_at_temperature(float(thresholds[measure]), measure, temperature)
-    return ResolvedThreshold(theta, str(profile.path))
 
 
 @dataclass
@@ -208,24 +168,28 @@ class Session:
 
     def stream(self, prompt_ids: list[int], stats: DecodeStats,
                observe: Callable[[torch.Tensor], None] | None = None,
-               seed: int | None = None, settings: DecodeSettings | None = None) -> Iterator[list[int]]:
+               seed: int | None = None, settings: DecodeSettings | None = None, *,
+               verifier: Verifier | None = None) -> Iterator[list[int]]:
         """Decode one prompt. `seed` overrides --seed for this call (calibration varies it);
-        `settings` overrides the loop settings (profiling sweeps the draft length)."""
+        `settings` overrides the loop settings (profiling sweeps the draft length); `verifier`
+        overrides the session's verifier (calibration's sweep varies the rule and threshold)."""
         seed = self.options.sampling.seed if seed is None else seed
         generator = make_generator(self.target.output_device, seed)
         if seed is not None and self.drafter.generator is not None:
             self.drafter.generator.manual_seed(seed + 1)
         settings = settings or self.settings()
         draft_length = self.draft_length() if settings.adaptive_draft else None
-        return decode(self.scorer, self.drafter, self.verifier, prompt_ids, settings, generator, stats, observe,
+        verifier = self.verifier if verifier is None else verifier
+        return decode(self.scorer, self.drafter, verifier, prompt_ids, settings, generator, stats, observe,
                       draft_length)
 
     def run(self, prompt: str | list[int], observe: Callable[[torch.Tensor], None] | None = None,
-            seed: int | None = None, settings: DecodeSettings | None = None) -> Result:
+            seed: int | None = None, settings: DecodeSettings | None = None, *,
+            verifier: Verifier | None = None) -> Result:
         prompt_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         stats = DecodeStats()
         tokens: list[int] = []
-        for chunk in self.stream(prompt_ids, stats, observe, seed, settings):
+        for chunk in self.stream(prompt_ids, stats, observe, seed, settings, verifier=verifier):
             tokens.extend(chunk)
         return Result(self.decode_text(tokens), tokens, stats)
 

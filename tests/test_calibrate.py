@@ -8,8 +8,11 @@ import pytest
 import torch
 import yaml
 
-from mars_cli import calibrate as cal
-from mars_cli import calibration_profiles
+from mars_cli.calibration import objectives as cal
+from mars_cli.calibration import profiles as calibration_profiles
+from mars_cli.calibration.collection import MarginSample, TopTwoRecorder
+from mars_cli.calibration.fitting import bootstrap_interval
+from mars_cli.calibration.run import BUILTIN_PROMPTS
 from mars_cli.cli import main
 from mars_cli.errors import UserError
 from mars_cli.prompts import load_prompts
@@ -56,16 +59,25 @@ def test_prob_ratio_threshold_follows_temperature():
     assert calibration_profiles.threshold_at_temperature(0.93, "logit-ratio", 0.7) == 0.93
 
 
+def test_top_two_recorder_keeps_every_emitted_position_in_order():
+    recorder = TopTwoRecorder()
+    assert [t.numel() for t in recorder.values()] == [0, 0]
+    recorder(torch.tensor([[1.0, 3.0, 2.0], [5.0, 5.0, 0.0]]))
+    recorder(torch.tensor([[0.5, -1.0, 0.25]]))
+    z1, z2 = recorder.values()
+    assert z1.tolist() == [3.0, 5.0, 0.5] and z2.tolist() == [2.0, 5.0, 0.25]
+
+
 def test_bootstrap_interval_brackets_the_estimate():
     torch.manual_seed(0)
-    sample = cal.MarginSample()
+    sample = MarginSample()
     for _ in range(12):
         z1 = torch.rand(50) * 5 + 5
         sample.add(z1, z1 - torch.rand(50) * 2)
     groups = list(range(12))
     z1, z2 = sample.positions()
     theta = cal.fit(z2 / z1, z1 - z2, cal.Objective("rate", 0.3))
-    low, high = cal.bootstrap_interval(sample, groups, "logit-ratio", cal.Objective("rate", 0.3))
+    low, high = bootstrap_interval(sample, groups, "logit-ratio", cal.Objective("rate", 0.3))
     assert low <= theta <= high and high - low < 0.1
 
 
@@ -73,10 +85,10 @@ def test_prompt_file_errors_name_the_line(tmp_path):
     path = tmp_path / "prompts.jsonl"
     path.write_text('{"prompt": "a"}\n{"prompt": "b"}\nnot json\n')
     with pytest.raises(UserError, match="line 3"):
-        load_prompts(path, cal.BUILTIN_PROMPTS)
+        load_prompts(path, BUILTIN_PROMPTS)
     path.write_text('{"prompt": "only one"}\n')
     with pytest.raises(UserError, match="at least 2"):
-        load_prompts(path, cal.BUILTIN_PROMPTS)
+        load_prompts(path, BUILTIN_PROMPTS)
 
 
 # ----------------------------------------------------------------------------- profiles
@@ -225,18 +237,11 @@ def test_force_lets_profile_and_eval_use_a_profile_for_another_model(capsys, tmp
     assert code == 0 and used["threshold"] == 0.93
 
 
-def test_old_profile_flag_is_a_hidden_alias_of_calibration(capsys, tmp_path, tiny_dir):
-    path = calibration_profiles.save(sample_profile("e" * 64), tmp_path / "other.yaml")
-    base = ["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--force", "-n", "3",
-            "--device", "cpu", "--json"]
-    code = main([*base, "--profile", str(path)])
-    captured = capsys.readouterr()
-    config = json.loads(captured.out)["config"]
-    assert code == 0 and config["calibration"] == str(path) and config["threshold_source"] == str(path)
-    assert "--calibration" in captured.err  # a one-line notice of the new name
-    code = main([*base, "--profile", str(path), "--calibration", str(path)])
-    err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "--calibration" in err
+def test_generate_has_no_profile_flag(capsys):
+    """--calibration was briefly spelled --profile before 0.1.0; that name is gone (`mars profile`
+    is a command), so it is an unknown option."""
+    assert main(["generate", "abc", "--profile", "p.yaml"]) == 2
+    assert "--profile" in capsys.readouterr().err
     assert main(["generate", "--help"]) == 0
     shown = capsys.readouterr().out
     assert "--calibration" in shown and "--profile" not in shown
@@ -264,7 +269,7 @@ def test_shipped_profile_loads_and_is_used(capsys, name):
 
 
 def test_mismatch_with_the_same_model_name_says_the_weights_differ(tmp_path):
-    from mars_cli.calibration_profiles import Profile, check_matches
+    from mars_cli.calibration.profiles import Profile, check_matches
 
     profile = Profile(tmp_path / "p.yaml", {"model": {"name": "smollm2-135m", "fingerprint": "a" * 64}})
     with pytest.raises(UserError) as caught:

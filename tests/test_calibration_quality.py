@@ -11,12 +11,13 @@ import math
 from pathlib import Path
 
 import pytest
+
+from mars_cli import notes
 import yaml
 
-from mars_cli import calibration_profiles
-from mars_cli import calibration_sweep as sweeping
-from mars_cli.calibrate import to_raw
-from mars_cli.calibration_profiles import Profile, mode_of
+from mars_cli.calibration import profiles as calibration_profiles
+from mars_cli.calibration import sweep as sweeping
+from mars_cli.calibration.profiles import Profile, mode_of, to_raw
 from mars_cli.cli import main
 from mars_cli.errors import UserError
 
@@ -48,8 +49,11 @@ def test_relative_drop_is_a_share_of_strict_and_higher_is_better():
 
 
 def record(metric, score, tokens=10, logprob=-4.0, rounds=5, accepted=5, relaxed=0):
-    return {"metric": metric, "id": "x", "tokens": tokens, "logprob": logprob, "rounds": rounds,
-            "accepted": accepted, "relaxed": relaxed, "score": score}
+    """A sample record as `mars eval` writes it (the sweep's records are eval's), with the metric named."""
+    return {"suite": metric.partition(":")[0], "sample_id": "x", "method": "m", "metric": metric,
+            "new_tokens": tokens, "sum_logprob": logprob, "rounds": rounds, "drafted": accepted,
+            "accepted": accepted, "relaxed": relaxed, "drafted_at": [], "accepted_at": [], "token_ids": [],
+            "accepted_per_round": {}, "wall_s": 1.0, "rss_mb": 1.0, "task_score": score}
 
 
 def synthetic_run(scores_by_theta, strict_scores):
@@ -187,7 +191,7 @@ def test_old_profile_files_load_as_sampled_at_their_temperature(shipped):
 
 
 def test_decoding_falls_back_with_one_note(capsys, tmp_path, tiny_dir, monkeypatch):
-    monkeypatch.setattr(calibration_profiles, "_NOTED", set())
+    monkeypatch.setattr(notes, "_SHOWN", set())
     path = calibration_profiles.save(two_mode_profile(modes=("greedy",)), tmp_path / "greedy-only.yaml")
     args = ["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--calibration", str(path), "--force",
             "-n", "3", "--device", "cpu", "--json"]
@@ -196,8 +200,8 @@ def test_decoding_falls_back_with_one_note(capsys, tmp_path, tiny_dir, monkeypat
     assert json.loads(captured.out)["config"]["threshold"] == 0.9 and "note" not in captured.err  # greedy: its own
     assert main([*args, "--temperature", "1", "--seed", "0"]) == 0
     captured = capsys.readouterr()
-    notes = [line for line in captured.err.splitlines() if "no thresholds for sampling" in line]
-    assert len(notes) == 1 and notes[0].startswith("mars: note: profile ") and str(path) in notes[0]
+    shown = [line for line in captured.err.splitlines() if "no thresholds for sampling" in line]
+    assert len(shown) == 1 and shown[0].startswith("mars: note: profile ") and str(path) in shown[0]
     assert json.loads(captured.out)["config"]["threshold"] == 0.9
 
 
@@ -260,7 +264,7 @@ def test_replot_of_a_profile_without_a_sweep_is_one_line(capsys, tmp_path):
 def test_quality_calibration_end_to_end(capsys, tmp_path, tiny_dir, tiny_draft_dir, monkeypatch):
     """Strict's own output is the reference text, so strict scores 1 and any relaxation that
     changes the text shows as a drop; the chosen theta must be one whose drops are within DROP."""
-    monkeypatch.setattr(calibration_profiles, "_NOTED", set())
+    monkeypatch.setattr(notes, "_SHOWN", set())
     prompts = ["abc abc", "hello there", "one two three"]
     suite = tmp_path / "own.jsonl"
     lines = []

@@ -164,7 +164,7 @@ def test_ctrl_c_during_generate_keeps_the_text_and_exits_130(capsys, monkeypatch
 
 
 def test_calibrate_resume_gives_the_same_profile(capsys, tmp_path, tiny_dir, monkeypatch):
-    from mars_cli import calibration_profiles
+    from mars_cli.calibration import profiles as calibration_profiles
 
     args = ["calibrate", "--target", str(tiny_dir), "--samples", "90", "-n", "10", "--seed", "5", *MODEL]
     main([*args, "--out", str(tmp_path / "whole.yaml")])

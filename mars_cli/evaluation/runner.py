@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 
 from ..decoding.stats import DecodeStats
+from ..decoding.verifiers import Verifier
 from ..errors import UserError, require
 from ..paths import create_directory, write_atomic
 from ..options import DecodingOptions
@@ -125,9 +126,10 @@ def encode_turn(session: Session, sample: Sample, messages: list[dict]) -> list[
 
 
 def run_sample(session: Session, sample: Sample, repeats: int,
-               observe: Callable[[torch.Tensor], None] | None = None) -> dict:
+               observe: Callable[[torch.Tensor], None] | None = None, verifier: Verifier | None = None) -> dict:
     """Decode every turn of a sample `repeats` times; keep the first outputs, the median wall.
-    `observe` sees the target's logits at every emitted position (calibration's sweep records them)."""
+    `observe` sees the target's logits at every emitted position and `verifier` replaces the
+    session's (calibration's sweep records the one and varies the other)."""
     walls, first = [], None
     for _ in range(repeats):
         messages: list[dict] = []
@@ -138,7 +140,8 @@ def run_sample(session: Session, sample: Sample, repeats: int,
             ids = encode_turn(session, sample, messages)
             stop = sample.stop or session.options.stop
             settings = dataclasses.replace(session.settings(), stop_strings=stop)
-            result = session.run(ids, observe=observe if first is None else None, settings=settings)
+            result = session.run(ids, observe=observe if first is None else None, settings=settings,
+                                 verifier=verifier)
             text = _trim_at_stop_string(result.text, stop)
             turns.append({"text": text, "token_ids": result.token_ids})
             messages.append({"role": "assistant", "content": text})

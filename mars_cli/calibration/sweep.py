@@ -4,12 +4,13 @@ suite with task metrics and keep the most permissive theta whose quality stays w
 The loss objective is a bound on what relaxation could cost; this one measures it. Per decoding
 mode the target decodes every sample once with strict verification (the reference, whose emitted
 positions also feed the loss bound reported beside the fit) and once per theta with MARS, on one
-loaded target and one drafter (only the verifier changes between runs). Each run's per-sample
-records give tau, the relaxed share, the target's mean log-probability and each suite's task
-metric; a theta passes when every quality metric's relative drop from strict is at most DROP.
-Walking from the strictest theta down, the chosen one is the last before the first failure, so a
-noisy pass below a failure is never picked. A bootstrap over samples (within each suite) gives
-the chosen theta's interval and each drop's interval.
+loaded target and one drafter (only the verifier changes between runs, passed to each decoding
+call). Each run's per-sample records are `mars eval`'s, and eval's aggregation gives tau, the
+relaxed share, the target's mean log-probability and each suite's task metric; a theta passes
+when every quality metric's relative drop from strict is at most DROP. Walking from the
+strictest theta down, the chosen one is the last before the first failure, so a noisy pass below
+a failure is never picked. A bootstrap over samples (within each suite) gives the chosen theta's
+interval and each drop's interval.
 """
 
 from __future__ import annotations
@@ -18,9 +19,15 @@ import dataclasses
 import math
 import random
 from collections import defaultdict
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from .errors import UserError, require
+from ..errors import UserError, require
+from .collection import TopTwoRecorder
+
+if TYPE_CHECKING:
+    from ..evaluation.suites import Suite
+    from ..models import LoadedModel
+    from ..session import Session
 
 DEFAULT_SUITES = "math,summarize,translate"
 DEFAULT_LIMIT = 4  # samples per suite, from its end (`mars eval --limit N` starts at the front)
@@ -46,10 +53,10 @@ def parse_thetas(text: str) -> tuple[float, ...]:
     return tuple(sorted(values, reverse=True))
 
 
-def quality_suites(spec: str, limit: int, allow_code_execution: bool) -> list:
+def quality_suites(spec: str, limit: int, allow_code_execution: bool) -> list[Suite]:
     """The suites to sweep over, each cut to its last `limit` samples. A suite whose task metric
     cannot be measured here is refused, naming the ones that can."""
-    from .evaluation.suites import BUILTIN, load_suite
+    from ..evaluation.suites import BUILTIN, load_suite
 
     require(limit >= 1, f"--limit must be at least 1, got {limit}")
     with_metrics = [name for name, metric in BUILTIN.items() if metric is not None]
@@ -72,20 +79,18 @@ def quality_suites(spec: str, limit: int, allow_code_execution: bool) -> list:
 # --------------------------------------------------------------------------- the statistics
 def summarise(records: Sequence[dict], indices: Sequence[int]) -> dict[str, float]:
     """tau, relaxed share, mean log-probability per token and each suite's mean task metric over
-    the chosen records (indices may repeat: bootstrap resamples)."""
+    the chosen records (indices may repeat: bootstrap resamples), pooled as `mars eval` pools a
+    method's records."""
+    from ..evaluation.runner import _row
+
     chosen = [records[i] for i in indices]
-    tokens = sum(r["tokens"] for r in chosen)
-    accepted = sum(r["accepted"] for r in chosen)
-    summary = {
-        "tau": tokens / max(1, sum(r["rounds"] for r in chosen)),
-        "relaxed_share": sum(r["relaxed"] for r in chosen) / accepted if accepted else 0.0,
-        "mean_logprob": sum(r["logprob"] for r in chosen) / tokens if tokens else 0.0,
-    }
-    scores: dict[str, list[float]] = defaultdict(list)
+    pooled = _row("pooled", chosen, {})  # no vanilla run: no agreement figures
+    summary = {"tau": pooled["tau"], "relaxed_share": pooled["relaxed_share"], "mean_logprob": pooled["mean_logprob"]}
+    scored: dict[str, list[dict]] = defaultdict(list)  # a sample without a score does not count
     for record in chosen:
-        if record["score"] is not None:
-            scores[record["metric"]].append(record["score"])
-    summary.update({name: sum(values) / len(values) for name, values in scores.items()})
+        if record["task_score"] is not None:
+            scored[record["metric"]].append(record)
+    summary.update({name: _row(name, group, {})["task_metric"] for name, group in scored.items()})
     return summary
 
 
@@ -148,13 +153,13 @@ def _interval(values: list[float]) -> list[float]:
 
 
 # --------------------------------------------------------------------------- running
-def resolve_drafter(spec: str, target, note: Callable[[str], None]) -> str:
+def resolve_drafter(spec: str, target: LoadedModel, note: Callable[[str], None]) -> str:
     """`auto`: the target's draft head when it has one (as `--draft auto` decodes), else n-gram
     lookup: plain decoding drafts nothing, so nothing would ever be relaxed."""
     if spec != "auto":
         require(spec != "none", "--objective quality= needs a drafter: --draft none relaxes nothing")
         return spec
-    from .head.drafter import find_head
+    from ..head.drafter import find_head
 
     if find_head(target) is not None:
         return "head"
@@ -164,8 +169,9 @@ def resolve_drafter(spec: str, target, note: Callable[[str], None]) -> str:
 
 @dataclasses.dataclass
 class ModeRun:
-    """One mode's sweep: the strict reference records, each theta's records, and the top-two
-    logits of strict's emitted positions (the positions this mode visits)."""
+    """One mode's sweep: the strict reference records, each theta's records (both `mars eval`'s
+    sample records, with the suite's metric named), and the top-two logits of strict's emitted
+    positions (the positions this mode visits)."""
 
     reference: list[dict]
     runs: dict[float, list[dict]]
@@ -173,11 +179,11 @@ class ModeRun:
     z2: list[list[float]]
 
 
-def run_mode(session, suites: list, thetas: Sequence[float], measure: str, allow_execution: bool,
+def run_mode(session: Session, suites: list[Suite], thetas: Sequence[float], measure: str, allow_execution: bool,
              strict_sandbox: bool, advance: Callable[[int], None]) -> ModeRun:
-    """Decode every sample strictly, then at each theta, on the session's target and drafter."""
-    from .decoding.verifiers import TopTwoRecorder
-    from .evaluation.runner import run_sample, task_score
+    """Decode every sample strictly, then at each theta, on the session's target and drafter;
+    each run gets its verifier per call, so the session itself is left as it was."""
+    from ..evaluation.runner import rss_mb, run_sample, task_score
 
     base = session.verifier
     verifiers = {STRICT: dataclasses.replace(base, rule="strict")}
@@ -187,23 +193,25 @@ def run_mode(session, suites: list, thetas: Sequence[float], measure: str, allow
     for suite in suites:
         for sample in suite.samples:
             for key, verifier in verifiers.items():
-                session.verifier = verifier
                 recorder = TopTwoRecorder() if key == STRICT else None
-                record = run_sample(session, sample, 1, observe=recorder)
-                score = task_score(suite, sample, record["output"], allow_execution, strict_sandbox)
-                row = {"metric": f"{suite.name}:{suite.metric}", "id": sample.id, "tokens": record["new_tokens"],
-                       "logprob": record["sum_logprob"], "rounds": record["rounds"],
-                       "accepted": record["accepted"], "relaxed": record["relaxed"], "score": score}
+                record = run_sample(session, sample, 1, observe=recorder, verifier=verifier)
+                record.update(suite=suite.name, sample_id=sample.id, method=_method(key), rss_mb=rss_mb(),
+                              task_score=task_score(suite, sample, record["output"], allow_execution, strict_sandbox),
+                              metric=f"{suite.name}:{suite.metric}")
                 if recorder is not None:
                     z1, z2 = recorder.values()
                     result.z1.append(z1.tolist())
                     result.z2.append(z2.tolist())
-                    result.reference.append(row)
+                    result.reference.append(record)
                 else:
-                    result.runs[key].append(row)  # type: ignore[index]
+                    result.runs[key].append(record)  # type: ignore[index]
                 advance(1)
-    session.verifier = base
     return result
+
+
+def _method(key: float | str) -> str:
+    """A run's method name as `mars eval --sweep` names it (strict, mars@0.9)."""
+    return key if isinstance(key, str) else f"mars@{key:g}"
 
 
 def sweep_block(run: ModeRun, limit: float, measure: str, seed: int) -> dict:

@@ -7,7 +7,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .errors import UserError
+from ..errors import UserError
+from . import profiles
+
+
+def replot(source: Path, path: Path) -> Path:
+    """`mars calibrate --replot SOURCE --plot PATH`: the sweep stored in a profile file, drawn again."""
+    return plot_sweeps(profiles.load(source).data, path)
 
 
 def plot_sweeps(profile: dict, path: Path) -> Path:

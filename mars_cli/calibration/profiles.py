@@ -1,5 +1,6 @@
 """Calibration profiles: a versioned YAML schema, safe loading with validation, atomic saving,
-and lookup by model fingerprint (user directory first, then the profiles shipped with mars).
+lookup by model fingerprint (user directory first, then the profiles shipped with mars), and the
+threshold a decoding session takes from them (`resolve_threshold`).
 
 Schema 2 adds `modes`: thresholds per decoding mode (`greedy` for T = 0, `sampled` for T > 0),
 each fitted on the positions that mode visits, with the quality sweep that chose it when the
@@ -11,21 +12,26 @@ says which (sampled at T = 1 for every profile made before modes existed).
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .decoding.rules import MARGIN_MEASURES
-from .errors import UserError
-from .paths import user_profile_dir, write_atomic
+from ..decoding.rules import MARGIN_MEASURES
+from ..decoding.verifiers import DEFAULT_THRESHOLD
+from ..errors import UserError
+from ..notes import note
+from ..paths import user_profile_dir, write_atomic
+
+if TYPE_CHECKING:
+    from ..models import LoadedModel
+    from ..options import DecodingOptions
 
 SCHEMA_VERSION = 2
 SUPPORTED_SCHEMAS = (1, 2)
 MODES = ("greedy", "sampled")
-SHIPPED_DIR = Path(__file__).parent / "profiles"
+SHIPPED_DIR = Path(__file__).parent.parent / "profiles"
 REQUIRED = {
     "schema": int,
     "model": dict,
@@ -82,16 +88,6 @@ class ModeChoice:
     name: str
     block: dict[str, Any]
     note: str | None
-
-
-_NOTED: set[str] = set()
-
-
-def note_once(note: str) -> None:
-    """A one-line note on stderr, printed once per process (eval builds a session per method)."""
-    if note not in _NOTED:
-        _NOTED.add(note)
-        print(f"mars: note: {note}", file=sys.stderr)
 
 
 def mode_of(temperature: float) -> str:
@@ -235,9 +231,61 @@ def check_matches(profile: Profile, fingerprint: str, model_name: str, force: bo
                     "(pass --force to use it anyway)")
 
 
+# --------------------------------------------------------------------------- temperature scale
 def threshold_at_temperature(theta: float, measure: str, temperature: float) -> float:
     """Profiles store thresholds on the raw-logit scale (T = 1). The logit ratio is unchanged by
     temperature; the probability ratio at temperature T is (p2/p1 at T = 1) ** (1/T)."""
     if measure == "prob-ratio" and temperature > 0:
         return theta ** (1.0 / temperature)
     return theta
+
+
+def to_raw(theta: float, measure: str, temperature: float) -> float:
+    """A prob-ratio theta applied at temperature T is theta ** T on the raw (T = 1) scale that
+    profiles hold (the inverse of `threshold_at_temperature`)."""
+    if measure == "prob-ratio" and temperature > 0:
+        return theta ** temperature
+    return theta
+
+
+# --------------------------------------------------------------------------- the threshold in use
+@dataclass
+class ResolvedThreshold:
+    """The theta a session decodes with and where it came from (reported by --json and --stats)."""
+
+    value: float
+    source: str  # "flag", "default" or the profile file's path
+
+
+def resolve_threshold(options: DecodingOptions, target: LoadedModel) -> ResolvedThreshold:
+    """--threshold wins; then --calibration; then a profile matching the target's fingerprint
+    (user directory, then shipped); then the paper's 0.9. From a profile, the thresholds of the
+    mode that matches the temperature (greedy for T = 0, sampled otherwise; the other one with a
+    note when it has only one), held on the raw scale and converted to the temperature in use."""
+    verification = options.verification
+    if verification.threshold is not None:
+        return ResolvedThreshold(verification.threshold, "flag")
+    if verification.calibration is not None:
+        profile = load(verification.calibration)
+        check_matches(profile, target.fingerprint, target.spec, verification.force)
+    elif verification.verify == "mars":
+        profile = find_for(target.fingerprint)
+    else:
+        profile = None
+    if profile is None:
+        return ResolvedThreshold(DEFAULT_THRESHOLD, "default")
+    temperature = options.sampling.temperature
+    choice = profile.mode_for(temperature)  # greedy (T = 0) or sampled thresholds, as decoding visits them
+    if choice.note is not None:
+        note(choice.note, once=True)  # never silently; once, though eval builds many sessions
+    measure = verification.margin
+    thresholds = choice.block["thresholds"]
+    if measure not in thresholds:  # a quality= fit sweeps one measure; its loss bound covers both
+        bound = (choice.block.get("loss_bound") or {}).get("thresholds") or {}
+        if measure not in bound:
+            raise UserError(f"profile {profile.path} has no {choice.name} threshold for --margin {measure}")
+        note(f"profile {profile.path.name} fitted {choice.name} quality on "
+             f"{', '.join(thresholds)} only; --margin {measure} uses its loss bound", once=True)
+        thresholds = bound
+    theta = threshold_at_temperature(float(thresholds[measure]), measure, temperature)
+    return ResolvedThreshold(theta, str(profile.path))
