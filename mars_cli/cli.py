@@ -33,6 +33,7 @@ err = Console(stderr=True, highlight=False)
 
 BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a reader that closed the pipe early
 _invocation: list[str] = []  # the arguments of this run, recorded in profiles for reproduction
+_tracebacks = False  # --debug: errors raise instead of becoming one line
 
 
 # ----------------------------------------------------------------------------- commands
@@ -42,6 +43,8 @@ def root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
 ) -> None:
     """Speculative decoding with margin-aware verification: generate, calibrate, profile, eval."""
+    global _tracebacks
+    _tracebacks = debug  # read by main() when a command fails
     if version:
         out.print(f"mars-cli {__version__}")
         raise typer.Exit()
@@ -468,10 +471,10 @@ def _reproduce_command(command: str) -> str:
 # ----------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map errors to the contract's exit codes (2 bad input, 130 interrupted)."""
-    global _invocation
+    global _invocation, _tracebacks
     args = sys.argv[1:] if argv is None else argv
     _invocation = list(args)
-    debug = "--debug" in args
+    _tracebacks = False
     command = typer.main.get_command(app)
     try:
         # typer turns Ctrl-C into Exit(130) and, in this mode, returns an Exit's code
@@ -497,12 +500,12 @@ def main(argv: list[str] | None = None) -> int:
             return _closed_pipe()
         raise
     except UserError as exc:
-        if debug:
+        if _tracebacks:
             raise
         print(f"mars: error: {exc}{_advice(exc)}", file=sys.stderr)
         return 2
     except FloatingPointError as exc:
-        if debug:
+        if _tracebacks:
             raise
         print(f"mars: error: {exc}", file=sys.stderr)
         return 2

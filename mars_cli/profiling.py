@@ -15,7 +15,7 @@ import torch
 from .decoding import cost
 from .decoding.stats import DecodeStats
 from .calibration.collection import TopTwoRecorder
-from .decoding.verifiers import margin
+from .decoding.rules import margin
 from .session import Session
 
 DEFAULT_PROMPT = (

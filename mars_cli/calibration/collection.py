@@ -17,18 +17,13 @@ import torch
 
 from ..errors import UserError
 from ..paths import write_atomic
+from ..decoding.rules import top_two_values
 from ..prompts import held_out
 
 if TYPE_CHECKING:
     from ..session import Session
 
 HELD_OUT_EVERY = 4
-
-
-def top_two_values(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(z1, z2): the two largest values of each row (equal on a tie for first place)."""
-    top = logits.topk(2, dim=-1).values
-    return top[:, 0], top[:, 1]
 
 
 class TopTwoRecorder:

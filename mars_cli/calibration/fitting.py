@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from .. import __version__
-from ..decoding.verifiers import MARGIN_MEASURES, margin
+from ..decoding.rules import MARGIN_MEASURES, margin
 from .collection import MarginSample
 from .objectives import Objective, fit, measured
 from .profiles import SCHEMA_VERSION, to_raw
