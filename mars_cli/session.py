@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 import torch
 
 from .head.drafter import HeadDrafter, find_head, load_head
-from .head.model import PairHead
+from .head.parts import PairHead
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from .decoding.loop import DecodeSettings, decode, make_generator
 from .decoding import cost

@@ -81,16 +81,16 @@ def summarise(records: Sequence[dict], indices: Sequence[int]) -> dict[str, floa
     """tau, relaxed share, mean log-probability per token and each suite's mean task metric over
     the chosen records (indices may repeat: bootstrap resamples), pooled as `mars eval` pools a
     method's records."""
-    from ..evaluation.runner import _row
+    from ..evaluation.aggregate import method_row
 
     chosen = [records[i] for i in indices]
-    pooled = _row("pooled", chosen, {})  # no vanilla run: no agreement figures
+    pooled = method_row("pooled", chosen, {})  # no vanilla run: no agreement figures
     summary = {"tau": pooled["tau"], "relaxed_share": pooled["relaxed_share"], "mean_logprob": pooled["mean_logprob"]}
     scored: dict[str, list[dict]] = defaultdict(list)  # a sample without a score does not count
     for record in chosen:
         if record["task_score"] is not None:
             scored[record["metric"]].append(record)
-    summary.update({name: _row(name, group, {})["task_metric"] for name, group in scored.items()})
+    summary.update({name: method_row(name, group, {})["task_metric"] for name, group in scored.items()})
     return summary
 
 

@@ -22,7 +22,7 @@ def aggregate(records: list[dict], methods: list[Method], suites: list[str]) -> 
             mine = [r for r in chosen if r["method"] == method.name]
             if not mine:
                 continue
-            rows.append(_row(method.name, mine, vanilla))
+            rows.append(method_row(method.name, mine, vanilla))
         base = next((row for row in rows if row["method"] == "vanilla"), None)
         for row in rows:
             row["speedup"] = row["tokens_per_s"] / base["tokens_per_s"] if base and base["tokens_per_s"] else None
@@ -39,7 +39,7 @@ def _histogram(counts) -> dict[str, int]:
     return {str(n): total[n] for n in sorted(total)}
 
 
-def _row(name: str, mine: list[dict], vanilla: dict) -> dict:
+def method_row(name: str, mine: list[dict], vanilla: dict) -> dict:
     """One method's figures over its records; agreement is paired per sample with vanilla's."""
     tokens = sum(r["new_tokens"] for r in mine)
     wall = sum(r["wall_s"] for r in mine)
