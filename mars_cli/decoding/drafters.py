@@ -53,10 +53,10 @@ class NoDrafter(Drafter):
     name = "none"
 
     def __init__(self, device: torch.device) -> None:
-        self.device = device
+        self._empty = DraftTree.empty(device)
 
     def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
-        return DraftTree.empty(self.device)
+        return self._empty
 
 
 class NgramDrafter(Drafter):

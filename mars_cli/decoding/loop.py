@@ -84,6 +84,7 @@ def decode(
     clock.lap("prefill")
 
     produced = 0
+    no_draft = DraftTree.empty(target.device)
     while produced < budget:
         # k levels can emit k + 1 tokens: never draft past the budget or the context window
         room = budget - produced - 1
@@ -92,7 +93,7 @@ def decode(
         k = max(0, min(settings.num_draft, room))
         if draft_length is not None:
             k = draft_length.choose(k)
-        tree = drafter.propose(history[:length], k) if k else DraftTree.empty(target.device)
+        tree = drafter.propose(history[:length], k) if k else no_draft
         tree = fit(tree, k, None if window is None else window - length - 1, scorer, settings.tree_tokens)
         draft_s = clock.lap("draft")
 

@@ -27,6 +27,7 @@ The rules, node by node (siblings in the drafter's order of preference):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -104,42 +105,46 @@ class DraftBatch:
         return self.size + self.requests
 
     @classmethod
-    def of(cls, tokens: torch.Tensor, parents: torch.Tensor, counts: Sequence[int], q: torch.Tensor | None = None,
-           ancestors: torch.Tensor | None = None) -> "DraftBatch":
+    def of(cls, tokens: torch.Tensor, parents: torch.Tensor, counts: Sequence[int],
+           q: torch.Tensor | None = None) -> "DraftBatch":
         """From vLLM's layout: `tokens` [N], `parents` [N] (each node's parent within its own
         request, -1 for the pending token; parents before children), `counts` [B] nodes per
-        request. `ancestors` may be given when the caller has it (a tree caches its own)."""
-        device = tokens.device
-        parents = parents.cpu().long()
-        counts = tuple(int(c) for c in counts)
-        count_tensor = torch.tensor(counts, dtype=torch.long)
-        batch = torch.arange(len(counts))
-        request = torch.repeat_interleave(batch, count_tensor, output_size=parents.numel())
-        first_node = torch.cumsum(count_tensor, 0) - count_tensor
-        root_rows = first_node + batch  # each request's rows: its pending token, then its nodes
-        node_rows = root_rows[request] + 1 + torch.arange(parents.numel()) - first_node[request]
-        parent_rows = root_rows[request] + 1 + parents
-        if ancestors is None:
-            ancestors = _ancestors(torch.where(parents < 0, parents, parents + first_node[request]))
-        same_parent = parent_rows[:, None] == parent_rows[None, :]
-        rank = (same_parent & torch.ones_like(same_parent).tril(-1)).sum(dim=-1)
-        groups = tuple(torch.nonzero(rank == r)[:, 0].to(device) for r in range(int(rank.max()) + 1)) \
-            if rank.numel() else ()
-        return cls(tokens, q, request.to(device), node_rows.to(device), parent_rows.to(device), root_rows.to(device),
-                   torch.repeat_interleave(batch, count_tensor + 1).to(device), ancestors.to(device), groups, counts)
+        request. The index tensors depend on the shape alone and are cached by it: a decoding
+        loop sees the same few shapes (a chain of k, no draft) round after round."""
+        layout = _layout(tuple(parents.tolist()), tuple(int(c) for c in counts), str(tokens.device))
+        return cls(tokens, q, *layout)
 
     @classmethod
     def of_trees(cls, trees: Sequence[DraftTree]) -> "DraftBatch":
-        """Trees (the single-sequence loop passes one): their cached ancestries are reused."""
-        tokens = torch.cat([tree.tokens for tree in trees])
+        """Trees (the single-sequence loop passes one)."""
+        tokens = trees[0].tokens if len(trees) == 1 else torch.cat([tree.tokens for tree in trees])
         qs = [tree.q for tree in trees]
         if all(q is None for q in qs):
             q = None
         else:  # a tree without q proposes as given: its rows are one-hot
             vocab = next(q.shape[-1] for q in qs if q is not None)
             q = torch.cat([tree.q if tree.q is not None else _one_hot(tree.tokens, vocab) for tree in trees])
-        ancestors = torch.block_diag(*[tree.ancestry()[1:, 1:] for tree in trees])
-        return cls.of(tokens, torch.cat([tree.parents for tree in trees]), [tree.size for tree in trees], q, ancestors)
+        parents = trees[0].parents if len(trees) == 1 else torch.cat([tree.parents for tree in trees])
+        return cls.of(tokens, parents, [tree.size for tree in trees], q)
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(parents: tuple[int, ...], counts: tuple[int, ...], device: str) -> tuple:
+    """Every index tensor of a batch of this shape (DraftBatch's fields after `q`), on `device`."""
+    parent_of = torch.tensor(parents, dtype=torch.long)
+    count_tensor = torch.tensor(counts, dtype=torch.long)
+    batch = torch.arange(len(counts))
+    request = torch.repeat_interleave(batch, count_tensor, output_size=len(parents))
+    first_node = torch.cumsum(count_tensor, 0) - count_tensor
+    root_rows = first_node + batch  # each request's rows: its pending token, then its nodes
+    node_rows = root_rows[request] + 1 + torch.arange(len(parents)) - first_node[request]
+    parent_rows = root_rows[request] + 1 + parent_of
+    ancestors = _ancestors(torch.where(parent_of < 0, parent_of, parent_of + first_node[request]))
+    same_parent = parent_rows[:, None] == parent_rows[None, :]
+    rank = (same_parent & torch.ones_like(same_parent).tril(-1)).sum(dim=-1)
+    groups = tuple(torch.nonzero(rank == r)[:, 0].to(device) for r in range(int(rank.max()) + 1)) if parents else ()
+    return (request.to(device), node_rows.to(device), parent_rows.to(device), root_rows.to(device),
+            torch.repeat_interleave(batch, count_tensor + 1).to(device), ancestors.to(device), groups, counts)
 
 
 def _ancestors(parents: torch.Tensor) -> torch.Tensor:
