@@ -5,6 +5,8 @@ from outside: no file appears, no process survives."""
 from __future__ import annotations
 
 import os
+import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -115,3 +117,100 @@ def test_without_isolation_code_runs_only_with_weak_sandbox(capsys, monkeypatch,
     import json
 
     assert json.loads(captured.out)["table"]["code"][0]["task_metric"] is not None
+
+
+# --------------------------------------------------------------------------- what the program can see
+def listen(sock, heard: list[bytes], stop: threading.Event) -> None:
+    """Accept and read whatever arrives until `stop`: what a host service would receive."""
+    sock.settimeout(0.1)
+    while not stop.is_set():
+        try:
+            connection, _ = sock.accept()
+        except (socket.timeout, OSError):
+            continue
+        with connection:
+            connection.settimeout(1.0)
+            try:
+                heard.append(connection.recv(1024) or b"<connected>")
+            except OSError:
+                heard.append(b"<connected>")
+
+
+@pytest.mark.parametrize("kind", ["filesystem", "abstract"])
+def test_host_unix_sockets_hear_nothing(tmp_path, kind):
+    """A world-writable socket file under /tmp (as X11's and many daemons' are) and an abstract
+    socket: the program can reach neither, and the listener hears nothing."""
+    name = f"mars-sock-{uuid.uuid4().hex}"
+    address = f"/tmp/{name}" if kind == "filesystem" else f"\0{name}"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(address)
+    if kind == "filesystem":
+        os.chmod(address, 0o666)
+    server.listen(4)
+    heard: list[bytes] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=listen, args=(server, heard, stop), daemon=True)
+    thread.start()
+    source = ("import socket, sys\n"
+              "client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+              "try:\n"
+              f"    client.connect({address!r})\n"
+              "    client.sendall(b'secret')\n"
+              "except OSError:\n"
+              "    sys.exit(0)\n"
+              "sys.exit('connected')\n")
+    try:
+        outcome = run(source)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+        if kind == "filesystem":
+            os.unlink(address)
+    assert heard == [] and outcome.passed, (heard, outcome.reason)
+
+
+def test_host_files_and_processes_are_out_of_sight(monkeypatch):
+    """A 0644 file under /tmp, the test's own environment through /proc, the project folder, the
+    home directories and the usual socket folders: none can be read, nothing of them exists."""
+    marker = uuid.uuid4().hex
+    secret = Path("/tmp") / f"mars-secret-{marker}"
+    secret.write_text(marker)
+    secret.chmod(0o644)
+    monkeypatch.setenv("MARS_TEST_MARKER", marker)
+    hidden = [str(secret), str(Path.cwd()), str(Path(execution.__file__).parent), "/home", "/run", "/var/run",
+              "/var/tmp", "/dev/shm", "/etc/passwd", f"/proc/{os.getpid()}"]
+    source = ("import glob, os, sys\n"
+              f"present = [p for p in {hidden!r} if os.path.lexists(p)]\n"
+              "leaks = []\n"
+              "for path in glob.glob('/proc/*/environ'):\n"
+              "    try:\n"
+              "        if " + repr(marker.encode()) + " in open(path, 'rb').read():\n"
+              "            leaks.append(path)\n"
+              "    except OSError:\n"
+              "        pass\n"
+              "others = [name for name in os.listdir(os.path.dirname(os.getcwd())) if name != os.path.basename(os.getcwd())]\n"
+              "sys.exit(f'{present} {leaks} {others}' if present or leaks or others else 0)\n")
+    try:
+        outcome = run(source)
+    finally:
+        secret.unlink()
+    assert outcome.passed, outcome.reason
+
+
+def test_the_programs_folder_has_a_quota():
+    """Writing without end (300 files of 1 MiB) stops at the folder's quota, and nothing of it
+    is left on the host."""
+    source = ("import os, sys\n"
+              "written = 0\n"
+              "try:\n"
+              "    for i in range(300):\n"
+              "        with open(f'f{i}', 'wb') as handle:\n"
+              "            handle.write(b'x' * (1 << 20))\n"
+              "        written += 1\n"
+              "except OSError as exc:\n"
+              "    sys.exit(f'stopped after {written}: {exc.strerror}')\n")
+    outcome = run(source)
+    assert not outcome.passed and outcome.reason.startswith("stopped after"), outcome.reason
+    assert int(outcome.reason.split()[2].rstrip(":")) <= execution.FOLDER_QUOTA_BYTES >> 20

@@ -1,9 +1,10 @@
 """Running generated code, only when the user opted in with --allow-code-execution.
 
-Each program runs through the launcher in `jail.py`: a fresh `python -I -B` in an empty temporary
-directory, with a minimal environment, no stdin, a wall-clock timeout, CPU-time, memory, file-size
-and process-count limits, as an unprivileged user, in private mount, PID and network namespaces
-where every mount but its own directory is read-only. The launcher's process group is killed at
+Each program runs through the launcher in `jail.py`: a fresh `python -I -B` in a folder of its own
+(a tmpfs of FOLDER_QUOTA_BYTES), with a minimal environment, no stdin, a wall-clock timeout,
+CPU-time, memory, file-size and process-count limits, as an unprivileged user, in private mount,
+PID and network namespaces, under a root of its own that holds only what Python needs to run
+(docs/errors.md lists what the sandbox holds; tests/test_sandbox.py checks each item). The launcher's process group is killed at
 the end of every run and on timeout, and the PID namespace takes every process the program forked
 with it. Where the system cannot build that isolation, code runs only with --weak-sandbox.
 """
@@ -17,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,7 @@ from ..notes import warn
 MEMORY_LIMIT_BYTES = 1 << 30
 CPU_SECONDS = 10
 FILE_SIZE_BYTES = 1 << 20
+FOLDER_QUOTA_BYTES = 16 << 20  # all the program may write, in all files together
 MAX_PROCESSES = 16  # the program and what it forks (threads count too)
 LAUNCHER = Path(__file__).with_name("jail.py")
 
@@ -43,10 +44,12 @@ class SandboxUnavailable(UserError):
     """Strict isolation cannot be built on this system (the reason is the message)."""
 
 
-def _reachable() -> list[str]:
-    """What the unprivileged program must be able to read: the interpreter and its library."""
-    return [sys.executable, os.path.realpath(sys.executable), os.path.dirname(os.__file__),
-            sysconfig.get_path("platstdlib"), sysconfig.get_path("stdlib")]
+def _interpreter() -> list[str]:
+    """The interpreter's installation (binary, standard library, its shared library): the one
+    part of the host outside /usr that the program's root holds. The real binary runs, not a
+    virtual environment's link to it, so the environment's packages stay out of reach."""
+    prefix, binary = os.path.realpath(sys.base_prefix), os.path.realpath(sys.executable)
+    return [prefix] if binary.startswith(prefix + "/") else [prefix, binary]
 
 
 def _kill_group(pgid: int) -> None:
@@ -58,15 +61,16 @@ def _kill_group(pgid: int) -> None:
 def run_program(source: str, timeout: float = 10.0, strict: bool = True) -> Outcome:
     """Run `source` in the sandbox. `strict=False` (--weak-sandbox) runs it with whatever part of
     the isolation the system allows; strict mode raises SandboxUnavailable when a step fails."""
-    with tempfile.TemporaryDirectory(prefix="mars-exec-") as folder, \
-            tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+    with tempfile.TemporaryDirectory(prefix="mars-exec-") as folder, tempfile.TemporaryDirectory(prefix="mars-root-") \
+            as stage, tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         path = os.path.join(folder, "program.py")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(source)
         os.chmod(path, 0o644)
-        config = {"strict": strict, "folder": folder, "program": path, "python": sys.executable,
+        config = {"strict": strict, "folder": folder, "program": path, "python": os.path.realpath(sys.executable),
                   "memory": MEMORY_LIMIT_BYTES, "cpu": CPU_SECONDS, "fsize": FILE_SIZE_BYTES,
-                  "processes": MAX_PROCESSES, "reachable": _reachable()}
+                  "processes": MAX_PROCESSES, "quota": FOLDER_QUOTA_BYTES, "stage": stage,
+                  "interpreter": _interpreter()}
         # stdout and stderr go to unlinked files, not pipes: a forked child that keeps them open
         # cannot hold the run past the program's own end
         launcher = subprocess.Popen([sys.executable, "-I", "-B", str(LAUNCHER), json.dumps(config)], cwd=folder,

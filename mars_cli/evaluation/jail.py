@@ -2,9 +2,14 @@
 `python -I -B jail.py CONFIG`) so that nothing of mars is imported where untrusted code will run.
 
 Strict mode builds, before the program starts:
-- private mount, PID, network, IPC and UTS namespaces (plus a user namespace when not root);
-- a mount view where every mount is read-only except the run's own temporary directory;
-- a new /proc for the PID namespace, so the program sees only its own processes;
+- private mount, PID, network, IPC and UTS namespaces (plus a user namespace when not root); the
+  network namespace also makes the abstract Unix-socket namespace private;
+- a root of its own (`_private_root`): an empty tmpfs holding, read-only, only what Python needs
+  (the interpreter's installation, /usr and the /bin, /lib links, the loader's cache, four device
+  nodes), a fresh /proc for the PID namespace (the program sees only its own processes), and the
+  program's folder: a small tmpfs of its own (`quota` bytes) holding the program. The host's tree
+  is then detached (pivot_root), so no host file, directory or socket (/tmp, /run, /dev/shm, the
+  home directories, the project) can be named, read or connected to;
 - the program as an unprivileged user (`nobody` when started as root; a nested user namespace
   otherwise, which locks the read-only mounts), with no_new_privs and resource limits, including
   a process-count limit (RLIMIT_NPROC, which the kernel does not enforce for root).
@@ -34,14 +39,8 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 32, 1024, 2048, 4096, 16384
-MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 1 << 18, 1 << 21, 1 << 24
+MS_PRIVATE, MS_RELATIME = 1 << 18, 1 << 21
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
-_KEPT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
-               "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
-# pseudo file systems whose files the unprivileged program cannot write anyway; a remount that the
-# kernel refuses there (locked by an outer container) does not open a hole
-_PSEUDO = ("/proc", "/sys", "/dev/pts", "/dev/mqueue")
-
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -55,9 +54,9 @@ def _call(name: str, *args: object) -> None:
         raise SetupError(f"{name}: {os.strerror(code)} ({errno.errorcode.get(code, code)})")
 
 
-def _mount(source: str | None, target: str, kind: str | None, flags: int) -> None:
+def _mount(source: str | None, target: str, kind: str | None, flags: int, data: str | None = None) -> None:
     encode = lambda text: None if text is None else text.encode()  # noqa: E731
-    _call("mount", encode(source), encode(target), encode(kind), ctypes.c_ulong(flags), None)
+    _call("mount", encode(source), encode(target), encode(kind), ctypes.c_ulong(flags), encode(data))
 
 
 def _write(path: str, text: str) -> None:
@@ -65,72 +64,72 @@ def _write(path: str, text: str) -> None:
         handle.write(text)
 
 
-def _mounts() -> list[tuple[str, int]]:
-    """(mount point, flags to keep on a remount) for every mount, parents before children."""
-    found = []
-    with open("/proc/self/mountinfo") as handle:
-        for line in handle:
-            fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")  # \040 for a space, and so on
-            kept = sum(_KEPT_FLAGS.get(option, 0) for option in fields[5].split(","))
-            found.append((point, kept))
-    return found
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache")
+DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
+_STAT_TO_MOUNT = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+                  (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME))
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}  # syscall numbers
 
 
-def _under(path: str, roots: tuple[str, ...]) -> bool:
-    return any(path == root or path.startswith(root + "/") for root in roots)
+def _place(host: str, root: str, writable: bool = False) -> None:
+    """Bind `host` (a file, a directory or a symbolic link) at the same path under `root`,
+    read-only unless `writable`; a link is recreated as a link (merged /usr: /bin -> usr/bin)."""
+    target = root + host
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if os.path.islink(host):
+        if not os.path.lexists(target):
+            os.symlink(os.readlink(host), target)
+        return
+    if os.path.isdir(host):
+        os.makedirs(target, exist_ok=True)
+    elif not os.path.exists(target):
+        open(target, "w").close()
+    _mount(host, target, None, MS_BIND | MS_REC)
+    if not writable:
+        device = host.startswith("/dev/")
+        _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | (0 if device else MS_NODEV)
+               | _kept_flags(host))
 
 
-def _read_only_view(folder: str) -> None:
-    """Every mount read-only except `folder` (bound onto itself first, so it stays writable)."""
+def _kept_flags(path: str) -> int:
+    """The flags of the mount that holds `path`, which a remount must keep (in a user namespace
+    the kernel locks them, and refuses a remount that would drop one)."""
+    flags = os.statvfs(path).f_flag
+    return sum(mount for stat, mount in _STAT_TO_MOUNT if flags & stat)
+
+
+def _private_root(config: dict) -> None:
+    """Make the mount namespace's root an empty tmpfs (`config["stage"]`, an empty host directory,
+    is its mount point) that holds only what Python needs, read-only, a fresh /proc, and the
+    program's folder as a tmpfs of `config["quota"]` bytes with the program copied in; then
+    pivot into it and detach the host's tree."""
+    stage, folder = config["stage"], config["folder"]
+    os.umask(0o022)  # the root's directories must be searchable by the unprivileged program
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we do here propagates to the host
-    _mount(folder, folder, None, MS_BIND)
-    for point, kept in _mounts():
-        if point == folder:
-            continue
-        try:
-            _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
-        except SetupError as exc:
-            if not _under(point, _PSEUDO) and os.path.exists(point):
-                raise SetupError(f"cannot make {point} read-only ({exc})") from None
-
-
-def _searchable_by_nobody(directory: str) -> bool:
-    info = os.stat(directory)
-    mode = info.st_mode
-    return bool(mode & 0o001 or (info.st_uid == NOBODY and mode & 0o100) or (info.st_gid == NOBODY and mode & 0o010))
-
-
-def _expose(paths: list[str], folder: str) -> None:
-    """Make `paths` reachable by `nobody` in this mount view (root only). An ancestor it may not
-    enter (say /root, mode 0700, above a pyenv Python) is covered by an empty read-only tmpfs that
-    holds only the entries on the way to `paths`, each bound back from the real tree; whatever
-    else that directory holds stays hidden from the program."""
-    covered: dict[str, str] = {}  # covered ancestor -> where its real contents stay reachable for us
-    for path in paths:
-        parts = os.path.realpath(path).strip("/").split("/")
-        for depth in range(len(parts)):
-            ancestor = "/" + "/".join(parts[:depth])
-            entry = os.path.join(ancestor, parts[depth])
-            if ancestor not in covered:
-                if _searchable_by_nobody(ancestor):
-                    continue
-                if os.path.realpath(folder).startswith(ancestor.rstrip("/") + "/"):
-                    raise SetupError(f"its temporary directory lies under {ancestor}, which nobody may not enter")
-                stage = covered[ancestor] = os.path.join(folder, f".stage-{len(covered)}")
-                os.mkdir(stage)
-                _mount(ancestor, stage, None, MS_BIND | MS_REC)
-                _mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV)
-                os.chmod(ancestor, 0o755)
-            if not os.path.lexists(entry):
-                source = os.path.join(covered[ancestor], parts[depth])
-                os.mkdir(entry) if os.path.isdir(source) else open(entry, "w").close()
-                _mount(source, entry, None, MS_BIND | MS_REC)
-                _mount(None, entry, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-    for ancestor, stage in covered.items():
-        _mount(None, ancestor, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        _call("umount2", stage.encode(), ctypes.c_int(2))  # MNT_DETACH
-        os.rmdir(stage)
+    _mount("tmpfs", stage, "tmpfs", MS_NOSUID, "mode=0755,size=1m")
+    for host in (*config["interpreter"], *SYSTEM, *DEVICES):
+        if os.path.lexists(host):
+            _place(host, stage)
+    os.makedirs(stage + folder)
+    owner = f",uid={NOBODY},gid={NOBODY}" if os.geteuid() == 0 and config["as_root"] else ""  # root runs it as nobody
+    _mount("tmpfs", stage + folder, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={config['quota']}{owner}")
+    with open(config["program"], "rb") as source, open(stage + config["program"], "wb") as copy:
+        copy.write(source.read())
+    os.chmod(stage + config["program"], 0o644)
+    os.makedirs(stage + "/proc")
+    try:
+        _mount("proc", stage + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except SetupError as exc:
+        raise SetupError(f"cannot mount a private /proc ({exc})") from None
+    _mount(None, stage, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID, "mode=0755,size=1m")
+    number = PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise SetupError(f"pivot_root is not known on {os.uname().machine}")
+    os.chdir(stage)
+    if _libc.syscall(ctypes.c_long(number), b".", b".") != 0:  # the old root ends up on top of the new one
+        raise SetupError(f"pivot_root: {os.strerror(ctypes.get_errno())}")
+    _call("umount2", b".", ctypes.c_int(2))  # MNT_DETACH: the host's tree leaves this namespace
+    os.chdir("/")
 
 
 def _count_processes(uid: int) -> int:
@@ -196,13 +195,12 @@ def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str
     if select.select([alive], [], [], 0)[0]:  # the launcher died before the signal was armed
         return SETUP_FAILED
     if config["namespaces"]:
-        _read_only_view(config["folder"])
-        if as_root:  # the unprivileged program must reach the interpreter and its library
-            _expose(config["reachable"], config["folder"])
         try:
-            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        except SetupError:
-            notes.append("host /proc")
+            _private_root(config)
+        except (SetupError, OSError) as exc:
+            if strict:
+                raise SetupError(f"cannot build the program's own root ({exc})") from None
+            notes.append("host file system")
     program = os.fork()
     if program == 0:
         try:
@@ -225,7 +223,7 @@ def main() -> int:
     strict = config["strict"]
     as_root = os.geteuid() == 0
     notes: list[str] = []
-    config.update(uid=os.getuid(), gid=os.getgid(), namespaces=True)
+    config.update(uid=os.getuid(), gid=os.getgid(), namespaces=True, as_root=as_root)
     if as_root:
         os.chown(config["folder"], NOBODY, NOBODY)
     try:
