@@ -52,3 +52,19 @@ def test_generate_shows_the_tree_it_drafted(capsys, tiny_dir):
     assert report["stats"]["accepted_length_histogram"]
 
 
+
+
+def test_a_head_tree_gets_no_note_that_nothing_is_proposed(capsys, tiny_dir, tiny_target, tmp_path):
+    """`--draft head --draft-topk 4` drafts a top-4 tree: the 'proposes nothing' note belongs to
+    `--draft none` alone."""
+    from mars_cli.cli import main
+
+    from .test_eagle3 import write_public_head
+
+    write_public_head(tmp_path / "head", tiny_target)
+    base = ["generate", "abcabc", "--target", str(tiny_dir), "--device", "cpu", "--raw", "-n", "4",
+            "--draft-topk", "4", "--draft-tokens", "8"]
+    assert main([*base, "--draft", f"head:{tmp_path / 'head'}"]) == 0
+    assert "proposes nothing" not in capsys.readouterr().err
+    assert main([*base, "--draft", "none"]) == 0
+    assert "--draft none proposes nothing; --draft-topk 4 is ignored" in capsys.readouterr().err
