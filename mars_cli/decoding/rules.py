@@ -115,8 +115,12 @@ class DraftBatch:
         return cls(tokens, q, *layout)
 
     @classmethod
-    def of_trees(cls, trees: Sequence[DraftTree]) -> "DraftBatch":
-        """Trees (the single-sequence loop passes one)."""
+    def of_trees(cls, trees: Sequence[DraftTree], device: torch.device | None = None) -> "DraftBatch":
+        """Trees (the single-sequence loop passes one), moved to `device` (the logits') if given:
+        a drafter may run elsewhere than the target's output layer."""
+        if device is not None:
+            trees = [DraftTree(tree.tokens.to(device), tree.parents, None if tree.q is None else tree.q.to(device))
+                     if tree.tokens.device != torch.device(device) else tree for tree in trees]
         tokens = trees[0].tokens if len(trees) == 1 else torch.cat([tree.tokens for tree in trees])
         qs = [tree.q for tree in trees]
         if all(q is None for q in qs):

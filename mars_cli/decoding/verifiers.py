@@ -58,7 +58,7 @@ class Verifier:
 
     def verify(self, logits: torch.Tensor, tree: DraftTree, generator: torch.Generator | None = None) -> Verdict:
         """One sequence: `logits` [n + 1, V] score the pending token and the tree's n nodes."""
-        return self.verify_batch(logits, DraftBatch.of_trees([tree]), generator)[0]
+        return self.verify_batch(logits, DraftBatch.of_trees([tree], logits.device), generator)[0]
 
     def verify_batch(self, logits: torch.Tensor, batch: DraftBatch,
                      generator: torch.Generator | None = None) -> list[Verdict]:
