@@ -98,6 +98,14 @@ def test_a_spent_budget_measures_nothing_more(clock):
     assert len(scorer.forwards) == count and second.ms_by_width == first.ms_by_width
 
 
+def test_a_prefill_that_spends_the_budget_leaves_one_forward(clock):
+    """On a loaded machine the 200-token prefill alone may outlast the budget: then width 1 is
+    timed once (the prefill warmed it up) and nothing else is measured."""
+    scorer = FakeScorer(clock)
+    curve = cost.curve_for(scorer, cost.SHAPE_WIDTHS, budget=Budget(0.4))  # the fake prefill takes 0.5 s
+    assert scorer.forwards == [1] and set(curve.ms_by_width) == {1}
+
+
 def test_the_measuring_note_says_what_is_measured(clock):
     said: list[str] = []
     cost.curve_for(FakeScorer(clock), cost.shape_widths(False), note=said.append, budget=Budget(100.0))

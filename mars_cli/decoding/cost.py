@@ -237,8 +237,9 @@ def time_widths(run_width: Callable[[int], None], widths: Sequence[int], repeats
     """Median milliseconds of `run_width(w)` for each width: each width warmed up once just before
     its first timing, then widths interleaved within each further repeat (drift on a shared
     machine then spreads over all widths alike). With a `deadline` (on `_now()`), stop once it
-    has passed and keep what was timed: the first width is always timed, widths not reached are
-    left out (a later use measures them), and the widths reached keep the repeats they got."""
+    has passed and keep what was timed: the first width is always timed (once, unwarmed, when
+    the deadline has passed already), widths not reached are left out (a later use measures
+    them), and the widths reached keep the repeats they got."""
     samples: dict[int, list[float]] = {}
 
     def timed(width: int) -> None:
@@ -254,7 +255,8 @@ def time_widths(run_width: Callable[[int], None], widths: Sequence[int], repeats
     for width in widths:
         if out_of_time():
             break
-        run_width(width)  # warm-up: a width's first forward pays for allocation
+        if deadline is None or _now() < deadline:  # (a prefill that spent the budget warmed up the first)
+            run_width(width)  # warm-up: a width's first forward pays for allocation
         timed(width)
     reached = list(samples)
     for _ in range(repeats - 1):
