@@ -40,6 +40,7 @@ class Session:
     """One loaded target (and drafter) serving many prompts with fixed options."""
 
     _draft_length: AdaptiveDraftLength | None = None
+    _curve: cost.CostCurve | None = None  # the widths measured or read so far
 
     def __init__(self, options: DecodingOptions, target: LoadedModel | None = None,
                  draft_model: LoadedModel | None = None) -> None:
@@ -59,6 +60,7 @@ class Session:
         )
         self.draft_model: LoadedModel | None = draft_model
         compiled = self._compiled = resolve_compile(options.model.compile, self.target)
+        self._measuring = cost.Budget()  # first use: the curve's widths are measured in about 10 s at most
         # drafter -> the features it reads -> scorer -> cost curve -> tree shape -> drafter: the
         # drafter's source is resolved first, the drafter built last, with its shape
         kind, head = self._drafter_source()
@@ -83,8 +85,7 @@ class Session:
         if topk == 1:
             return CHAIN
         if "auto" in (topk, tokens):
-            curve = cost.curve_for(self.scorer, note=note)
-            chosen = cost.tree_shape(curve)
+            chosen = cost.tree_shape(self._cost_curve(cost.shape_widths(self.scorer.compiled)))
             topk = chosen.topk if topk == "auto" else topk
             tokens = chosen.tokens if tokens == "auto" else tokens
         if topk == 1:
@@ -155,16 +156,24 @@ class Session:
         if isinstance(self.drafter, NoDrafter):
             return None
         if self._draft_length is None:
-            curve = cost.curve_for(self.scorer, note=note)
             if self.tree.topk > 1:  # a tree: its depth (levels searched) or no drafting; its width is fixed
                 width = self.tree.tokens + 1
+                curve = self._cost_curve((1, width))
                 self._draft_length = AdaptiveDraftLength(curve, cost.TREE_DEPTH, cost.TREE_DEPTHS,
                                                          width=lambda k: width)
             elif self.scorer.compiled:
+                curve = self._cost_curve(cost.chain_widths(cost.COMPILED_DRAFT, True))
                 self._draft_length = AdaptiveDraftLength(curve, cost.COMPILED_DRAFT, lengths=(cost.COMPILED_DRAFT,))
             else:
+                curve = self._cost_curve(cost.chain_widths(self.options.drafting.max_draft, False))
                 self._draft_length = AdaptiveDraftLength(curve, self.options.drafting.max_draft)
         return self._draft_length
+
+    def _cost_curve(self, widths: tuple[int, ...]) -> cost.CostCurve:
+        """The target's cost curve with at least `widths`: only what this session reads is
+        measured (on first use, within the session's measuring budget), then cached."""
+        self._curve = cost.curve_for(self.scorer, widths, note=note, known=self._curve, budget=self._measuring)
+        return self._curve
 
     def stream(self, prompt_ids: list[int], stats: DecodeStats,
                observe: Callable[[torch.Tensor], None] | None = None,

@@ -86,14 +86,14 @@ def test_a_corrupt_or_stale_cache_file_is_measured_again(tmp_path, monkeypatch, 
         return original(args[0], args[1], widths=(1, 2, 3), repeats=1)
 
     monkeypatch.setattr(cost, "measure_curve", counting)
-    first = cost.curve_for(scorer)
+    first = cost.curve_for(scorer, (1, 2, 3))
     assert sorted(first.ms_by_width) == [1, 2, 3] and len(measured) == 1
-    assert cost.curve_for(scorer).ms_by_width == first.ms_by_width and len(measured) == 1  # cached
+    assert cost.curve_for(scorer, (1, 2, 3)).ms_by_width == first.ms_by_width and len(measured) == 1  # cached
     path = cost.cache_path(first.key)
     for corrupt in ("{not json", json.dumps({"schema": 1, "key": first.key, "ms_by_width": {"1": -3}}),
                     json.dumps({"schema": 1, "key": {**first.key, "torch": "0.0"}, "ms_by_width": {"1": 5}})):
         path.write_text(corrupt)
-        cost.curve_for(scorer)
+        cost.curve_for(scorer, (1, 2, 3))
     assert len(measured) == 4  # never trusted: measured again each time
     assert cost.load_cached(first.key) is not None
 

@@ -38,11 +38,15 @@ def test_cpu_probe_reads_what_torch_reports(monkeypatch):
     assert not models.cpu_computes_bfloat16()
 
 
-def test_emulated_bfloat16_warns_in_one_line(monkeypatch, capsys):
+def test_bfloat16_without_native_instructions_notes_in_one_line(monkeypatch, capsys):
+    from mars_cli import notes
+
+    monkeypatch.setattr(notes, "_SHOWN", set())  # said once per process: an earlier test may have said it
     monkeypatch.setattr(models, "cpu_computes_bfloat16", lambda: False)
     assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
-    warning = capsys.readouterr().err.strip().splitlines()
-    assert len(warning) == 1 and "no native bfloat16" in warning[0]
+    assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16  # a draft model: not said twice
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "no native bfloat16" in lines[0] and "may be slower or faster" in lines[0]
 
 
 def test_missing_accelerator_is_a_clear_error():

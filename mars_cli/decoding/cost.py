@@ -6,7 +6,9 @@ than a pass over one, and how much more depends on the device, the dtype and the
 project's CPU in float32 a width of 3 costs more than a width of 5, in bfloat16 widths up to 8 are
 free. So the curve is measured, not assumed: once per (device, dtype, model, compile mode,
 threads, torch version), then cached as JSON in the user cache. A cache file that does not parse
-or does not match its key is measured again, never trusted.
+or does not match its key, and any cost in it no forward could have, is measured again, never
+trusted. A first use measures only the widths its session reads, by one process at a time, in
+about 10 s at most (`curve_for`); a cache that cannot be written costs a note, not the run.
 """
 
 from __future__ import annotations
@@ -22,14 +24,27 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
+from .. import notes
 from ..paths import cache_dir, write_atomic
 from .tree import CHAIN, DraftTree, TreeShape
 
 if TYPE_CHECKING:
     from .target import TargetScorer
 
-SCHEMA = 3  # 3: widths 1..17, 25, 33, 49, 65 (draft trees)
-DEFAULT_WIDTHS = (*range(1, 18), 25, 33, 49, 65)
+SCHEMA = 3  # 3: widths 1..17, 25, 33, 49, 65 (draft trees); any subset of them (a first use's)
+DEFAULT_WIDTHS = (*range(1, 18), 25, 33, 49, 65)  # what `mars profile --widths` measures
+# A first use measures only the widths its session reads (curve_for's callers in session.py), and
+# for at most about this long (10 s; the measuring once took over 200 s on this project's 2-core
+# CPU under load): a curve cut short keeps what it measured, and later uses measure the rest.
+FIRST_USE_BUDGET_S = 10.0
+FIRST_USE_REPEATS = 3
+FRESH_REPEATS = 5
+LOCK_WAIT_S = 30.0  # a second process waits this long for the first's curve, then uses a default
+LOCK_POLL_S = 0.1
+# a cached cost outside these is nonsense, measured again (`plausible`)
+MIN_PLAUSIBLE_MS, MAX_PLAUSIBLE_MS = 1e-3, 60_000.0
+MIN_WIDTH_RATIO, MAX_WIDTH_RATIO = 0.1, 1000.0
+MAX_PLAUSIBLE_WIDTH = 4096
 # A compiled scorer has one graph per width, each a compile (about 30 s cold on a GPU, 45 s on this
 # project's CPU): with `--num-draft auto` a chain drafts this many tokens or none (widths 1 and 5),
 # and the curve also measures a 16-node tree's width, the one tree size `auto` may pick there.
@@ -71,6 +86,7 @@ MAX_TREE_TOKENS = 64
 TREE_DEPTH = 6  # `--num-draft auto` with a tree: the most levels searched
 TREE_DEPTHS = (3, 4, 5, 6)  # the depths auto chooses from (or none); each level is one drafter step
 TREE_SIZES = (8, 16, 24, 32, 48, 64)  # a curve measures widths 9, 17, 25, 33, 49 and 65
+SHAPE_WIDTHS = (1, *(n + 1 for n in TREE_SIZES))  # all that `tree_shape` reads
 TREE_COST_RATIO = 1.2  # a tree may make the verification forward this much dearer than a plain step
 TREE_TOPK = 4
 
@@ -89,6 +105,16 @@ def tree_shape(curve: CostCurve) -> TreeShape:
     if not affordable:
         return CHAIN
     return TreeShape(TREE_TOPK, max(affordable))
+
+
+def shape_widths(compiled: bool) -> tuple[int, ...]:
+    """The widths `tree_shape` reads: a compiled scorer's one tree width, or every tree size's."""
+    return (1, COMPILED_TREE_TOKENS + 1) if compiled else SHAPE_WIDTHS
+
+
+def chain_widths(max_draft: int, compiled: bool) -> tuple[int, ...]:
+    """The widths a chain of at most `max_draft` tokens verifies (a compiled scorer: its one)."""
+    return (1, COMPILED_DRAFT + 1) if compiled else tuple(range(1, max_draft + 2))
 
 
 def expected_tokens(acceptance: Sequence[float], k: int) -> float:
@@ -152,55 +178,106 @@ def cache_path(key: dict) -> Path:
     return cache_dir() / "costs" / f"{digest}.json"
 
 
+def plausible(ms_by_width: dict[int, float]) -> dict[int, float]:
+    """The widths whose cost could be a real forward's: a hand-edited or corrupted file may hold
+    well-formed nonsense (every width 1e-9 ms, or 1e9 ms), and a curve trusted as it is decides
+    every round's draft length. Kept: between 1 microsecond and 60 s, and a wider forward between
+    a tenth of and 1000 times width 1's (nothing is kept without a plausible width 1). The rest
+    is measured again."""
+    plain = ms_by_width.get(1)
+    if plain is None or not MIN_PLAUSIBLE_MS <= plain <= MAX_PLAUSIBLE_MS:
+        return {}
+    return {w: ms for w, ms in ms_by_width.items()
+            if 1 <= w <= MAX_PLAUSIBLE_WIDTH and MIN_PLAUSIBLE_MS <= ms <= MAX_PLAUSIBLE_MS
+            and MIN_WIDTH_RATIO <= ms / plain <= MAX_WIDTH_RATIO}
+
+
 def load_cached(key: dict) -> CostCurve | None:
-    """The cached curve for `key`, or None when absent, unreadable, stale or malformed."""
+    """The cached curve for `key` (its plausible widths only), or None when absent, unreadable
+    (a directory, a plain file where `costs/` belongs), stale or malformed."""
     path = cache_path(key)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("schema") != SCHEMA or data.get("key") != key:
             return None
         costs = {int(w): float(ms) for w, ms in data["ms_by_width"].items()}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
-    if not costs or any(w < 1 or not math.isfinite(ms) or ms <= 0 for w, ms in costs.items()):
-        return None
-    return CostCurve(key, costs)
+    costs = plausible({w: ms for w, ms in costs.items() if math.isfinite(ms)})
+    return CostCurve(key, costs) if costs else None
 
 
 def save(curve: CostCurve) -> Path:
+    """Write the curve to its cache entry; OSError when the cache cannot be written."""
     path = cache_path(curve.key)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, curve.to_json())
     return path
 
 
+def _save_or_note(curve: CostCurve) -> None:
+    """Cache the curve where the cache can be written; elsewhere (an entry that is a directory, a
+    read-only or immutable `costs/`, a plain file in its place) decode with it uncached, and say
+    so once: a cache is an optimisation, never a reason to stop after the measuring is done."""
+    try:
+        save(curve)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        notes.note(f"cannot cache the cost curve at {cache_path(curve.key)} ({reason}); decoding without "
+                   "caching it (the next run measures it again)", once=True)
+
+
+def _now() -> float:
+    """The measuring clock (one name, so a test can drive it)."""
+    return time.perf_counter()
+
+
 def time_widths(run_width: Callable[[int], None], widths: Sequence[int], repeats: int,
-                synchronize: Callable[[], None] = lambda: None) -> dict[int, float]:
-    """Median milliseconds of `run_width(w)` for each width, widths interleaved within each
-    repeat (drift on a shared machine then spreads over all widths alike), after one warm-up."""
-    for width in widths:
+                synchronize: Callable[[], None] = lambda: None, deadline: float | None = None) -> dict[int, float]:
+    """Median milliseconds of `run_width(w)` for each width: each width warmed up once just before
+    its first timing, then widths interleaved within each further repeat (drift on a shared
+    machine then spreads over all widths alike). With a `deadline` (on `_now()`), stop once it
+    has passed and keep what was timed: the first width is always timed (once, unwarmed, when
+    the deadline has passed already), widths not reached are left out (a later use measures
+    them), and the widths reached keep the repeats they got."""
+    samples: dict[int, list[float]] = {}
+
+    def timed(width: int) -> None:
+        synchronize()
+        start = _now()
         run_width(width)
-    samples: dict[int, list[float]] = {w: [] for w in widths}
-    for _ in range(repeats):
-        for width in widths:
-            synchronize()
-            start = time.perf_counter()
-            run_width(width)
-            synchronize()
-            samples[width].append((time.perf_counter() - start) * 1000)
+        synchronize()
+        samples.setdefault(width, []).append((_now() - start) * 1000)
+
+    def out_of_time() -> bool:
+        return deadline is not None and bool(samples) and _now() >= deadline
+
+    for width in widths:
+        if out_of_time():
+            break
+        if deadline is None or _now() < deadline:  # (a prefill that spent the budget warmed up the first)
+            run_width(width)  # warm-up: a width's first forward pays for allocation
+        timed(width)
+    reached = list(samples)
+    for _ in range(repeats - 1):
+        for width in reached:
+            if out_of_time():
+                break
+            timed(width)
     return {w: statistics.median(values) for w, values in samples.items()}
 
 
-
 def measure_curve(scorer: "TargetScorer", key: dict, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: int = 5,
-                  context: int = CONTEXT_TOKENS) -> CostCurve:
+                  context: int = CONTEXT_TOKENS, budget_s: float | None = None) -> CostCurve:
     """Time one forward of each width through `scorer` (so a static or compiled scorer is timed
-    as it decodes) after `context` cached tokens of a fixed pseudo-text; widths interleaved."""
+    as it decodes) after `context` cached tokens of a fixed pseudo-text; widths interleaved.
+    `budget_s`: stop after about that many seconds (the prefill included), keeping what was
+    measured (see `time_widths`); the curve may then lack some widths."""
+    deadline = None if budget_s is None else _now() + budget_s
     target = scorer.target
     vocab = target.vocab_size
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, vocab, (context + max(widths),), generator=generator)
-    scorer.start(tokens[:context])
     pending = tokens[context : context + 1]
 
     def run_width(width: int) -> None:
@@ -209,23 +286,143 @@ def measure_curve(scorer: "TargetScorer", key: dict, widths: Sequence[int] = DEF
 
     device = target.device
     synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    scorer.start(tokens[:context])
     with torch.inference_mode():
-        costs = time_widths(run_width, widths, repeats, synchronize)
+        costs = time_widths(run_width, widths, repeats, synchronize, deadline)
     return CostCurve(key, costs)
 
 
-def curve_for(scorer: "TargetScorer", fresh: bool = False, note: Callable[[str], None] | None = None) -> CostCurve:
-    """The cached curve for this scorer's model, device, dtype and compile mode; measured (and
-    cached) when there is none, when the file is stale or corrupt, or when `fresh`."""
+@dataclass
+class Budget:
+    """Seconds of measuring a session may still spend on its curve, over all its calls to
+    `curve_for` (the tree shape's widths, then the chain's): a first use stays bounded."""
+
+    seconds: float = FIRST_USE_BUDGET_S
+
+
+def default_curve(key: dict, plain_ms: float) -> CostCurve:
+    """A stand-in curve, never cached, for a session that waited too long for another process's
+    measurement: each extra position costs 10% of a plain forward of `plain_ms` (what float32
+    costs on this project's CPU, about), so chains of a few tokens and no trees."""
+    return CostCurve(key, {w: plain_ms * (1 + 0.1 * (w - 1)) for w in range(1, MAX_TREE_TOKENS + 2)})
+
+
+class _CurveLock:
+    """An exclusive flock on `<entry>.lock` beside the cache entry, so that one process at a time
+    measures a curve (two measuring at once each time the other's load, and both would cache
+    it), polled until `wait_s` has passed. Kept after use (unlinking a lock file races with its
+    next user); the kernel drops it when its holder dies. Where no lock file can be made (no
+    fcntl, an unwritable cache) there is nothing to share either: `acquired` is then True."""
+
+    def __init__(self, entry: Path, wait_s: float, waiting: Callable[[], None]) -> None:
+        self.path = entry.with_name(entry.name + ".lock")
+        self.wait_s, self.waiting = wait_s, waiting
+        self.handle = None
+        self.acquired = False
+
+    def __enter__(self) -> "_CurveLock":
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not on POSIX
+            self.acquired = True
+            return self
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.handle = open(self.path, "a+b")
+        except OSError:
+            self.acquired = True
+            return self
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.acquired = True
+                return self
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return self
+            if self.waiting is not None:
+                self.waiting()
+                self.waiting = None
+            time.sleep(LOCK_POLL_S)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            self.handle.close()  # closing releases the lock
+
+
+def _spans(widths: Sequence[int]) -> str:
+    """1, 2, 3, 5, 9 -> "1-3, 5, 9"."""
+    runs: list[list[int]] = []
+    for width in sorted(widths):
+        if runs and width == runs[-1][-1] + 1:
+            runs[-1].append(width)
+        else:
+            runs.append([width])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def curve_for(scorer: "TargetScorer", widths: Sequence[int] | None = None, *, fresh: bool = False,
+              note: Callable[[str], None] | None = None, known: CostCurve | None = None,
+              budget: Budget | None = None) -> CostCurve:
+    """The curve for this scorer's model, device, dtype and compile mode, with at least `widths`
+    (default: every width `mars profile --widths` shows, or a compiled scorer's few): what
+    `known` (this session's curve so far) and the cache hold, the widths missing measured under
+    the entry's lock within `budget` (a first use stays bounded: about FIRST_USE_BUDGET_S) and
+    cached. A process that finds the lock held waits for the other's result and reads it; after
+    LOCK_WAIT_S it decodes with `default_curve`, uncached. `fresh` measures every width afresh,
+    unbounded (`mars profile --widths`); so is a compiled scorer's measuring (its few widths)."""
     target = scorer.target
     key = curve_key(target.fingerprint, target.device, target.dtype, scorer.compiled, CONTEXT_TOKENS)
-    curve = None if fresh else load_cached(key)
-    if curve is None:
+    wanted = sorted(set(widths or (COMPILED_WIDTHS if scorer.compiled else DEFAULT_WIDTHS)) | {1})
+    have: dict[int, float] = {}
+    if not fresh:
+        have = {**(known.ms_by_width if known is not None else {})}
+        if all(w in have for w in wanted):
+            return CostCurve(key, have)
+        cached = load_cached(key)
+        have = {**(cached.ms_by_width if cached else {}), **have}
+        if all(w in have for w in wanted):
+            return CostCurve(key, have)
+    waiting = (lambda: note(f"another mars process is measuring this cost curve; waiting for it "
+                            f"(at most {LOCK_WAIT_S:.0f} s)")) if note is not None else None
+    with _CurveLock(cache_path(key), LOCK_WAIT_S, waiting) as lock:
+        if not lock.acquired:
+            if not fresh:
+                return _stand_in(scorer, key, have)
+        elif not fresh:  # measured by another process while this one waited?
+            cached = load_cached(key)
+            have = {**(cached.ms_by_width if cached else {}), **have}
+        missing = [w for w in wanted if w not in have]
+        if not missing:
+            return CostCurve(key, have)
+        # a compiled scorer's widths are few, and each one's first forward is a compile that decoding
+        # would pay anyway: no budget (one cut short would leave its chain width unmeasured for good)
+        budget = Budget(math.inf) if fresh or scorer.compiled else (budget or Budget())
+        if budget.seconds <= 0 and 1 in have:
+            return CostCurve(key, have)
         if note is not None:
-            note("measuring the target's forward cost by width (once per model, device and dtype; cached)")
-        curve = measure_curve(scorer, key, COMPILED_WIDTHS if scorer.compiled else DEFAULT_WIDTHS)
-        save(curve)
+            limit = "" if math.isinf(budget.seconds) else f", at most {max(budget.seconds, 0):.0f} s"
+            note(f"measuring the target's forward cost at widths {_spans(missing)} (once per model, device and "
+                 f"dtype{limit}; cached)")
+        started = _now()
+        measured = measure_curve(scorer, key, missing, FRESH_REPEATS if fresh else FIRST_USE_REPEATS,
+                                 budget_s=None if math.isinf(budget.seconds) else budget.seconds)
+        budget.seconds -= _now() - started
+        curve = CostCurve(key, {**have, **measured.ms_by_width})
+        _save_or_note(curve)
     return curve
+
+
+def _stand_in(scorer: "TargetScorer", key: dict, have: dict[int, float]) -> CostCurve:
+    """The lock's wait ran out: a default curve scaled by width 1's cost (known, or one forward
+    timed now), with whatever this process already knows on top; not cached."""
+    plain = have.get(1)
+    if plain is None:
+        plain = measure_curve(scorer, key, (1,), repeats=1).ms_by_width[1]
+    notes.note(f"another mars process has been measuring this cost curve for {LOCK_WAIT_S:.0f} s; decoding "
+               "with a default curve this time (not cached)", once=True)
+    return CostCurve(key, {**default_curve(key, plain).ms_by_width, **have})
 
 
 class AdaptiveDraftLength:
