@@ -263,7 +263,7 @@ class Eagle3Head(PairHead):
         """config.json and model.safetensors (fp16), written to a temporary folder then renamed."""
         from ..paths import write_atomic
 
-        self._save_weights(directory / WEIGHTS_FILE, {"format": "pt"})
+        self._save_weights(directory / WEIGHTS_FILE, {"format": "pt"}, head=directory)  # first: refused, nothing written
         write_atomic(directory / CONFIG_FILE, json.dumps(self.config.to_json(), indent=2) + "\n")
 
     @classmethod
