@@ -164,7 +164,8 @@ class HeadDrafter(Drafter):
     def commit(self, length: int) -> None:
         self.known = min(self.known, length)
 
-    def _next_token(self, feature: torch.Tensor, finite: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+    def _next_token(self, feature: torch.Tensor,
+                    finite: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None, float]:
         """(token id, q over the full vocabulary when sampling, the head's probability of the
         token: computed only when confidence gating reads it). When sampling, whether q was
         finite is appended to `finite` (a NaN q is replaced by a flat one, never sampled from)."""
