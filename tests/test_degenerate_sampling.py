@@ -23,9 +23,10 @@ from mars_cli.decoding.tree import DraftTree, TreeShape
 from mars_cli.decoding.verifiers import Verifier
 from mars_cli.errors import UserError
 from mars_cli.head.drafter import load_head
+from mars_cli.head.train import TrainSettings, train
 
 from .test_eagle3 import write_public_head
-from .test_head import random_head
+from .test_head import random_head, tiny_data  # noqa: F401 (a fixture)
 
 NAN_NOTE = "proposed NaN or infinite probabilities"
 
@@ -146,7 +147,7 @@ def test_a_nan_head_in_greedy_decoding_stops_drafting_too(capsys, tiny_dir, tiny
     head = broken_head(tmp_path / "head", tiny_target, "lm_head.weight", math.nan)
     code, out, err = generate(capsys, tiny_dir, "--draft", f"head:{head}", "-k", "3", "--draft-topk", "1")
     assert code == 0 and err.count(NAN_NOTE) == 1
-    assert out == generate(capsys, tiny_dir, "--draft", "none")[1]
+    assert out == generate(capsys, tiny_dir, "--draft", "none", "-k", "3")[1]
 
 
 def test_the_head_drafts_again_after_reset_and_notes_once(tiny_target, tmp_path, capsys):
@@ -215,3 +216,21 @@ def test_a_single_file_head_with_nan_weights_is_not_saved(tiny_target, tmp_path)
     with pytest.raises(UserError, match=re.escape(f"draft head {path} not saved")):
         head.save(path)
     assert path.read_bytes() == good and not path.with_name(path.name + ".tmp").exists()
+
+
+@pytest.mark.parametrize("architecture", ["eagle1", "eagle3"])
+def test_training_that_diverges_stops_before_saving(tiny_target, tiny_data, tmp_path, architecture):  # noqa: F811
+    """An --lr the CLI accepts can still diverge: the first non-finite loss ends the run in one
+    line (the checkpoint holds the weights before it), not a NaN head after all the epochs."""
+    from mars_cli.head.data import extract_features
+    from mars_cli.head.train import feature_layers
+
+    sequences, features = tiny_data
+    if architecture == "eagle3":
+        layers = feature_layers("eagle3", tiny_target.model)
+        features = extract_features(tiny_target, sequences, tmp_path / "features", 5, layers=layers)
+    settings = TrainSettings(architecture=architecture, epochs=2, batch_size=4, learning_rate=math.inf, depth=1,
+                             vocab=30, seed=0, checkpoint_every=100)
+    with pytest.raises(UserError, match="training diverged at step") as caught:
+        train(tiny_target, sequences, features, settings, tmp_path / "ckpt", False, {})
+    assert "\n" not in str(caught.value) and "--lr" in str(caught.value)
