@@ -15,6 +15,7 @@ from .head.drafter import HeadDrafter, find_head, load_head
 from .head.parts import PairHead
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from .decoding.loop import DecodeSettings, decode, make_generator
+from .decoding.sampling import GREEDY_BELOW
 from .decoding import cost
 from .decoding.cost import AdaptiveDraftLength
 from .decoding.stats import DecodeStats
@@ -47,6 +48,9 @@ class Session:
         """`target` and `draft_model` let several sessions share models already loaded."""
         options.validate()
         self.options = options
+        temperature = options.sampling.temperature
+        if 0 < temperature < GREEDY_BELOW:  # logits / T would overflow float32 far below it
+            note(f"--temperature {temperature:g} is below {GREEDY_BELOW:g}: decoding greedily, as at 0", once=True)
         self.target = target or options.model.load()
         window = self.target.context_window
         require(window is None or options.max_new_tokens < window,

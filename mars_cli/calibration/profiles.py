@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ..decoding.rules import MARGIN_MEASURES
+from ..decoding.sampling import SamplingParams
 from ..decoding.verifiers import DEFAULT_THRESHOLD
 from ..errors import UserError
 from ..notes import note
@@ -91,8 +92,9 @@ class ModeChoice:
 
 
 def mode_of(temperature: float) -> str:
-    """Greedy decoding (T = 0) visits other positions than sampling does: its own thresholds."""
-    return "greedy" if temperature == 0 else "sampled"
+    """Greedy decoding (T = 0, or below sampling.GREEDY_BELOW, which decodes as 0) visits other
+    positions than sampling does: its own thresholds."""
+    return "greedy" if SamplingParams(temperature).greedy else "sampled"
 
 
 def validate(data: object, origin: str) -> dict[str, Any]:
@@ -235,7 +237,7 @@ def check_matches(profile: Profile, fingerprint: str, model_name: str, force: bo
 def threshold_at_temperature(theta: float, measure: str, temperature: float) -> float:
     """Profiles store thresholds on the raw-logit scale (T = 1). The logit ratio is unchanged by
     temperature; the probability ratio at temperature T is (p2/p1 at T = 1) ** (1/T)."""
-    if measure == "prob-ratio" and temperature > 0:
+    if measure == "prob-ratio" and not SamplingParams(temperature).greedy:
         return theta ** (1.0 / temperature)
     return theta
 
@@ -243,7 +245,7 @@ def threshold_at_temperature(theta: float, measure: str, temperature: float) -> 
 def to_raw(theta: float, measure: str, temperature: float) -> float:
     """A prob-ratio theta applied at temperature T is theta ** T on the raw (T = 1) scale that
     profiles hold (the inverse of `threshold_at_temperature`)."""
-    if measure == "prob-ratio" and temperature > 0:
+    if measure == "prob-ratio" and not SamplingParams(temperature).greedy:
         return theta ** temperature
     return theta
 

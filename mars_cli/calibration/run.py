@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from ..decoding.sampling import GREEDY_BELOW, SamplingParams
 from ..errors import check_seed, require
 from ..paths import user_profile_dir
 from ..prompts import load_prompts
@@ -107,8 +108,9 @@ class CalibrationRequest:
         modes = self.mode_list
         require(math.isfinite(self.temperature) and self.temperature >= 0,
                 f"--temperature must be a finite number >= 0, got {self.temperature}")
-        require(self.temperature > 0 or "sampled" not in modes,
-                "--temperature 0 is greedy decoding: the sampled mode needs --temperature > 0 (or --modes greedy)")
+        require(not SamplingParams(self.temperature).greedy or "sampled" not in modes,
+                f"--temperature {self.temperature:g} is greedy decoding: the sampled mode needs --temperature "
+                f">= {GREEDY_BELOW:g} (or --modes greedy)")
         require(self.length >= 1, f"--max-new-tokens must be at least 1, got {self.length}")
         require(self.samples >= 50, f"--samples must be at least 50, got {self.samples}")
         require(self.held >= 10, f"--held-out-samples must be at least 10, got {self.held}")

@@ -17,6 +17,7 @@ import torch
 
 from ..errors import UserError
 from ..models import LoadedModel
+from ..notes import note
 from .kv import KVCache
 from .target import FeatureLayers
 from .tree import CHAIN, DraftTree, FrontierRows, TreeShape, bias_from_visibility, grow_tree, tree_from_paths
@@ -31,6 +32,7 @@ class Drafter(ABC):
     feature_layers: FeatureLayers = ()  # target hidden states read (see target.select_features)
     generator: torch.Generator | None = None  # reseeded per sequence by Session when it samples
     shape: TreeShape = CHAIN
+    failed: bool = False  # proposed NaN or infinite probabilities: no drafting until `reset`
 
     def reset(self) -> None:
         """A new sequence starts: forget everything cached."""
@@ -45,6 +47,31 @@ class Drafter(ABC):
 
     def commit(self, length: int) -> None:
         """Only the first `length` tokens of the history are final."""
+
+    def give_up(self, who: str, device: torch.device | str) -> DraftTree:
+        """A drafter whose distribution holds NaN or inf (a broken head, a draft model overflowing
+        float16) is a drafter error, not the target's: it proposes nothing for the rest of the
+        sequence, so the target decodes on alone, and says so once."""
+        self.failed = True
+        note(f"{who} proposed NaN or infinite probabilities; decoding on without drafting for the rest of the "
+             f"sequence", once=True)
+        return DraftTree.empty(device)
+
+    @staticmethod
+    def finite_or_flat(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(q, or all ones where q holds NaN or inf; whether q was finite, a bool on q's device).
+        torch.multinomial never sees NaN (it raises on the CPU and asserts on CUDA), and no host
+        sync is made here: the drafter reads the flags once per round."""
+        finite = torch.isfinite(q).all()
+        return torch.where(finite, q, torch.ones_like(q)), finite
+
+    @staticmethod
+    def finite_rows(logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For a tree search: (log-probabilities with NaN as -inf, whether every row had a finite
+        best entry, on the device). The search then stays well-ordered (a NaN score could cut a
+        parent and keep its child); the drafter discards the tree when the flag is false."""
+        inf = float("inf")
+        return logprobs.nan_to_num(nan=-inf, posinf=inf, neginf=-inf), torch.isfinite(logprobs.amax(dim=-1)).all()
 
 
 class NoDrafter(Drafter):
@@ -136,40 +163,50 @@ class ModelDrafter(Drafter):
 
     def reset(self) -> None:
         self.cache = KVCache(self.draft.model)
+        self.failed = False
 
     def commit(self, length: int) -> None:
         self.cache.truncate(length)
 
     @torch.inference_mode()
     def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
+        if self.failed:
+            return DraftTree.empty(self.draft.device)
         feed = history[len(self.cache) :].to(self.draft.device)[None]
         if self.shape.branches:
             return self._propose_tree(feed, depth)
-        tokens, rows = [], []
+        tokens, rows, finite = [], [], []
         for _ in range(depth):
             logits = self.cache.forward(feed).logits[0, -1]
             processed = process_logits(logits, self.sampling)
             if self.sampling.greedy:
                 token = processed.argmax(dim=-1)
             else:
-                q = probabilities(processed)
+                q, ok = self.finite_or_flat(probabilities(processed))
                 token = sample(q, self.generator)
                 rows.append(q)
+                finite.append(ok)
             tokens.append(token)
             feed = token.reshape(1, 1)
         if not tokens:
             return DraftTree.empty(self.draft.device)
+        if finite and not bool(torch.stack(finite).all()):  # the round's one host sync for this check
+            return self.give_up(f"draft model {self.draft.spec}", self.draft.device)
         return DraftTree.chain(torch.stack(tokens), torch.stack(rows) if rows else None)
 
-    def _logprobs(self, logits: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(process_logits(logits, self.sampling), dim=-1)
+    def _logprobs(self, logits: torch.Tensor, finite: list[torch.Tensor]) -> torch.Tensor:
+        """Processed log-probabilities, NaN as -inf; whether they were finite appended to `finite`."""
+        logprobs, ok = self.finite_rows(torch.log_softmax(process_logits(logits, self.sampling), dim=-1))
+        finite.append(ok)
+        return logprobs
 
     def _propose_tree(self, feed: torch.Tensor, depth: int) -> DraftTree:
         """Each level feeds the frontier after the history, every node seeing the history and
         its own ancestors, at the position its depth gives it; the drafted rows leave the cache
         when the tree is grown (the accepted tokens are fed again next round)."""
         base = len(self.cache) + feed.shape[1]  # the history's length once fed
-        root = self._logprobs(self.cache.forward(feed).logits[0, -1])
+        finite: list[torch.Tensor] = []
+        root = self._logprobs(self.cache.forward(feed).logits[0, -1], finite)
         rows = FrontierRows(base)
 
         def expand(nodes: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
@@ -178,9 +215,11 @@ class ModelDrafter(Drafter):
             positions = torch.tensor([[base - 1 + depth for depth in depths]], device=device)
             mask = bias_from_visibility(visible, self.draft.dtype).to(device)
             logits = self.cache.forward(tokens.to(device)[None], attention_mask=mask, position_ids=positions).logits[0]
-            return self._logprobs(logits)
+            return self._logprobs(logits, finite)
 
         tree = grow_tree(root, expand, self.shape.topk, depth, self.shape.tokens)
         self.cache.truncate(base)
+        if not bool(torch.stack(finite).all()):  # after cut_tree's own transfer: no extra stall
+            return self.give_up(f"draft model {self.draft.spec}", self.draft.device)
         tree.searched = depth
         return tree

@@ -71,7 +71,7 @@ class Verifier:
         next_tokens, relaxed, low, faulty = (summary[i * b : (i + 1) * b] for i in range(4))
         path, examined = summary[4 * b : 4 * b + n], summary[4 * b + n :]
         if any(faulty):
-            raise FloatingPointError("the target produced NaN or infinite logits; refusing to emit tokens")
+            raise self._fault(logits)
         verdicts, node, row = [], 0, 0
         for request, count in enumerate(batch.counts):
             rows = [r for r in range(row, row + count + 1) if examined[r]]
@@ -80,6 +80,15 @@ class Verifier:
                                     relaxed[request], len(rows), low[request], margins))
             node, row = node + count, row + count + 1
         return verdicts
+
+    def _fault(self, logits: torch.Tensor) -> FloatingPointError:
+        """What went wrong, for a round with a faulty row: the target's own logits, or (when they
+        are finite) the sampling settings' arithmetic on them (logits / T overflowing float32).
+        Only on this error path: one more look at the logits costs nothing in a normal round."""
+        if bool(torch.isfinite(logits.float().max(dim=-1).values).all()):  # as `faulty_rows`, on the raw rows
+            return FloatingPointError(f"the target's logits divided by --temperature {self.sampling.temperature:g} "
+                                      f"overflow float32; use a larger temperature (or 0 for greedy)")
+        return FloatingPointError("the target produced NaN or infinite logits; refusing to emit tokens")
 
     def _decide(self, logits: torch.Tensor, batch: DraftBatch, generator: torch.Generator | None) -> _Decided:
         processed = process_logits(logits, self.sampling)

@@ -144,6 +144,13 @@ class HeadDrafter(Drafter):
         self.features = torch.empty(0, self.head.feature_width, device=self.head.fc.weight.device)
         self.known = 0  # target features held (= positions in the target's cache)
         self.read = 0  # true pairs in the head's cache
+        self.failed = False  # a new sequence drafts again (a NaN head fails again, noted once)
+
+    @property
+    def who(self) -> str:
+        """The head as a note names it: its file or directory when it was loaded from one."""
+        source = getattr(self.head, "source", None)
+        return f"draft head {source}" if source else "the draft head"
 
     def observe_features(self, hidden: torch.Tensor) -> None:
         end = self.known + hidden.shape[0]
@@ -157,9 +164,11 @@ class HeadDrafter(Drafter):
     def commit(self, length: int) -> None:
         self.known = min(self.known, length)
 
-    def _next_token(self, feature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+    def _next_token(self, feature: torch.Tensor,
+                    finite: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None, float]:
         """(token id, q over the full vocabulary when sampling, the head's probability of the
-        token: computed only when confidence gating reads it)."""
+        token: computed only when confidence gating reads it). When sampling, whether q was
+        finite is appended to `finite` (a NaN q is replaced by a flat one, never sampled from)."""
         scores = self.head.logits(feature)
         gating = self.min_confidence > 0
         if self.sampling.greedy:
@@ -167,7 +176,8 @@ class HeadDrafter(Drafter):
             return self.vocab_ids[best], None, float(torch.softmax(scores, dim=-1)[best]) if gating else 1.0
         full = scores.new_full((self.vocab_size,), float("-inf"))
         full[self.vocab_ids] = scores
-        q = probabilities(process_logits(full, self.sampling))
+        q, ok = self.finite_or_flat(probabilities(process_logits(full, self.sampling)))
+        finite.append(ok)
         token = sample(q, self.generator)
         return token, q, float(q[token]) if gating else 1.0
 
@@ -183,6 +193,8 @@ class HeadDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
+        if self.failed:  # the head proposed NaN earlier in this sequence
+            return DraftTree.empty(self.target_device)
         self.cache.truncate(self.read)  # forget last round's drafted pairs
         if self.known == 0:  # a one-token prompt: no feature yet
             return DraftTree.empty(self.target_device)
@@ -192,10 +204,12 @@ class HeadDrafter(Drafter):
         self.read = self.known
         if self.shape.branches:
             return self._propose_tree(feature, depth)
-        drafted, rows = [], []
+        drafted, rows, finite = [], [], []
         confidence = 1.0
         for step in range(depth):
-            token, q, probability = self._next_token(feature[0])
+            token, q, probability = self._next_token(feature[0], finite)
+            if not 0.0 <= probability <= 1.0:  # NaN: greedy gating read it already, free to check
+                return self.give_up(self.who, self.target_device)
             confidence *= probability
             if confidence < self.min_confidence:
                 break
@@ -204,6 +218,8 @@ class HeadDrafter(Drafter):
                 rows.append(q)
             if step + 1 < depth:
                 feature = self._draft_step(feature, token.reshape(1))
+        if finite and not bool(torch.stack(finite).all()):  # the round's one host sync for this check
+            return self.give_up(self.who, self.target_device)
         if not drafted:
             return DraftTree.empty(self.target_device)
         probs = torch.stack(rows).to(self.target_device) if rows else None
@@ -217,6 +233,12 @@ class HeadDrafter(Drafter):
         base = len(self.cache)  # true pairs; a node at depth d sits at position base + d - 1
         rows = FrontierRows(base)
         state: dict[int, torch.Tensor] = {}  # search node -> the state its pair produced
+        finite: list[torch.Tensor] = []  # NaN scores would disorder the search: -inf, and the tree dropped
+
+        def logprobs(scores: torch.Tensor) -> torch.Tensor:
+            checked, ok = self.finite_rows(torch.log_softmax(scores.float(), dim=-1))
+            finite.append(ok)
+            return checked
 
         def expand(nodes: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
             node_ids, parent_ids = nodes.tolist(), parents.tolist()
@@ -226,8 +248,10 @@ class HeadDrafter(Drafter):
             produced = self.head.step(fed, self.vocab_ids[tokens], self.cache, positions, visible.to(root.device))
             for row, node in enumerate(node_ids):
                 state[node] = produced[row]
-            return torch.log_softmax(self.head.logits(produced).float(), dim=-1)
+            return logprobs(self.head.logits(produced))
 
-        root_logprobs = torch.log_softmax(self.head.logits(root[0]).float(), dim=-1)
+        root_logprobs = logprobs(self.head.logits(root[0]))
         tree = grow_tree(root_logprobs, expand, self.shape.topk, depth, self.shape.tokens)
+        if not bool(torch.stack(finite).all()):  # after cut_tree's own transfer: no extra stall
+            return self.give_up(self.who, self.target_device)
         return DraftTree(self.vocab_ids[tree.tokens].to(self.target_device), tree.parents, searched=depth)

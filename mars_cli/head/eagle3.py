@@ -263,7 +263,8 @@ class Eagle3Head(PairHead):
         """config.json and model.safetensors (fp16), written to a temporary folder then renamed."""
         from ..paths import write_atomic
 
-        self._save_weights(directory / WEIGHTS_FILE, {"format": "pt"})
+        # the weights first: non-finite ones are refused before anything is written
+        self._save_weights(directory / WEIGHTS_FILE, {"format": "pt"}, head=directory)
         write_atomic(directory / CONFIG_FILE, json.dumps(self.config.to_json(), indent=2) + "\n")
 
     @classmethod

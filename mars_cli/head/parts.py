@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import UserError
+
 
 # --------------------------------------------------------------------------- layers
 class RMSNorm(nn.Module):
@@ -247,13 +249,21 @@ class PairHead(nn.Module, ABC):
         return outputs
 
     # ------------------------------------------------------------------ files
-    def _save_weights(self, path: Path, metadata: dict[str, str]) -> None:
+    def _save_weights(self, path: Path, metadata: dict[str, str], head: Path | None = None) -> None:
         """The state dict as safetensors, floating tensors in fp16 (how heads ship), written to
-        `<name>.tmp` then renamed: a killed run never leaves half a file under the real name."""
+        `<name>.tmp` then renamed: a killed run never leaves half a file under the real name.
+        Weights that are NaN or infinite (in fp16: also beyond 65504) are refused before anything
+        is written (`head`, the head's name in the message: `path` unless given): such a head
+        would only make every draft NaN, and would replace a good one under the same name."""
         from safetensors.torch import save_file
 
         tensors = {name: (t.to(torch.float16) if t.is_floating_point() else t).contiguous().cpu()
                    for name, t in self.state_dict().items()}
+        broken = [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+        if broken:
+            shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if len(broken) > 3 else "")
+            raise UserError(f"draft head {head or path} not saved: {shown} hold NaN or infinite values "
+                            f"(training diverged: try a lower --lr)")
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".tmp")
         save_file(tensors, str(temporary), metadata=metadata)

@@ -8,6 +8,7 @@ read and the target loaded when a `HeadTraining` is made, so bad input fails bef
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -22,6 +23,7 @@ from .train import ARCHITECTURES, HELD_OUT_EVERY, HeldOut, TrainSettings, featur
 
 Report = Callable[[str, int, int], None]  # (stage, done, total) while generating and extracting
 OnStep = Callable[[int, int, float], None]  # (step, total steps, loss) while training
+MAX_LEARNING_RATE = 1.0  # heads train at ~1e-4..1e-2; beyond 1 AdamW's steps swamp any weight
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,10 @@ class HeadRecipe:
                 f"--arch {settings.architecture}: expected one of {', '.join(ARCHITECTURES)}")
         require(self.generate_batch >= 1, f"--generate-batch must be at least 1, got {self.generate_batch}")
         require(settings.vocab >= 0, f"--vocab must be 0 (full) or a token count, got {settings.vocab}")
-        require(settings.learning_rate > 0, f"--lr must be positive, got {settings.learning_rate}")
+        # AdamW steps are about lr in size whatever the gradient: above 1 (or inf, NaN) the
+        # weights blow up to NaN within a step, and the head would be saved as such
+        require(math.isfinite(settings.learning_rate) and 0 < settings.learning_rate <= MAX_LEARNING_RATE,
+                f"--lr must be in (0, {MAX_LEARNING_RATE:g}], got {settings.learning_rate}")
         require(min(settings.epochs, settings.batch_size, settings.depth) >= 1,
                 "--epochs, --batch-size and --depth must be at least 1")
 

@@ -257,6 +257,10 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
         optimizer.step()
         step += 1
         losses.append(float(loss.detach()))
+        # diverged: every later step, and the head saved at the end, would be NaN (the last
+        # checkpoint written holds the weights before it)
+        require(math.isfinite(losses[-1]), f"training diverged at step {step} of {total} (loss {losses[-1]}); "
+                                           f"nothing saved: try a lower --lr (now {settings.learning_rate:g})")
         if progress:
             progress(step, total, losses[-1])
         if step % settings.checkpoint_every == 0 or step == total:
