@@ -26,7 +26,7 @@ from mars_cli.head.drafter import load_head
 from mars_cli.head.train import TrainSettings, train
 
 from .test_eagle3 import write_public_head
-from .test_head import random_head, tiny_data  # noqa: F401 (a fixture)  # noqa: F401 (a fixture)
+from .test_head import random_head, tiny_data  # noqa: F401 (a fixture)
 
 NAN_NOTE = "proposed NaN or infinite probabilities"
 
