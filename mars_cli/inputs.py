@@ -17,7 +17,7 @@ LOG_LIMIT = 256 * MiB  # resume files mars wrote itself (run.json, samples.jsonl
 
 
 def _size(count: int) -> str:
-    return f"{count / MiB:.1f} MiB" if count >= MiB else f"{count} bytes"
+    return f"{count // MiB} MiB" if count and count % MiB == 0 else f"{count:,} bytes"
 
 
 def check_file(path: Path, what: str, limit: int, missing: str | None = None) -> None:
@@ -36,7 +36,7 @@ def check_file(path: Path, what: str, limit: int, missing: str | None = None) ->
     if not stat.S_ISREG(info.st_mode):  # a FIFO blocks, a device never ends: never opened
         raise UserError(f"{what} {path} is not a regular file")
     if info.st_size > limit:
-        raise UserError(f"{what} {path} is too large ({_size(info.st_size)}; the limit is {_size(limit)})")
+        raise UserError(f"{what} {path} is too large ({info.st_size:,} bytes; the limit is {_size(limit)})")
 
 
 def read_bytes(path: Path, what: str, limit: int, missing: str | None = None) -> bytes:
