@@ -56,7 +56,6 @@ class HeadRecipe:
         require(min(settings.epochs, settings.batch_size, settings.depth) >= 1,
                 "--epochs, --batch-size and --depth must be at least 1")
 
-
     def resume_options(self, prompts_sha256: str) -> dict:
         """The options a checkpoint records, by flag: those that shape the data, the head or the
         schedule. --resume refuses a checkpoint made under other values (--num-draft, which only
