@@ -616,3 +616,20 @@ def test_eval_resume_files_that_cannot_be_read(capsys, tmp_path, tiny_dir, no_mo
         (out / "run.json").write_text("{}")
     make(out / name)
     one_line_error(capsys, ["eval", "--target", str(tiny_dir), "--out", str(out), "--resume", *MODEL], expected)
+
+
+def test_head_data_log_with_bytes_that_are_not_utf8_or_a_fifo(tmp_path):
+    """train-head's resume log of generated answers: damaged lines are generated again; a FIFO
+    in its place is one sentence, not a hang."""
+    import os
+
+    from mars_cli.head.data import read_generations
+
+    log = tmp_path / "generations.jsonl"
+    good = {"index": 1, "mode": "greedy", "prompt_ids": [1, 2], "output_ids": [3]}
+    log.write_bytes(b'{"index": 0, "prompt_ids": [1], "outp\xff\xfe\n' + json.dumps(good).encode() + b"\n[1]\n")
+    assert list(read_generations(log)) == [1]
+    log.unlink()
+    os.mkfifo(log)
+    with pytest.raises(UserError, match="is not a regular file"):
+        read_generations(log)
