@@ -87,6 +87,8 @@ def _draw_mode(speed, quality, mode: str, block: dict) -> None:
     names = [name for name in sweep["strict"] if name not in ("tau", "relaxed_share")]
     for name in names:
         points = [(row["theta"], row["metrics"][name]) for row in rows if name in row.get("metrics", {})]
+        if not points:  # rows without metrics (a hand-edited profile): nothing to draw for this one
+            continue
         values = [1 - figure["drop"] for _, figure in points]
         low = [_bar(value - (1 - figure["drop_interval_90"][1])) for value, (_, figure) in zip(values, points)]
         high = [_bar((1 - figure["drop_interval_90"][0]) - value) for value, (_, figure) in zip(values, points)]
