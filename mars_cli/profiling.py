@@ -226,7 +226,7 @@ def export_trace(export: Callable[[str], object], path: Path) -> None:
     except OSError as exc:
         raise UserError(f"cannot write the trace {path}: {exc.strerror or exc}") from None
     try:
-        written = os.path.join(folder, "trace.json")
+        written = os.path.join(folder, "trace.json.gz" if path.name.endswith(".gz") else "trace.json")  # torch gzips
         export(written)
         if not os.path.isfile(written) or os.path.getsize(written) == 0:
             raise UserError(f"cannot write the trace {path}: the profiler wrote nothing")
