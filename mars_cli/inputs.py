@@ -5,6 +5,7 @@ becomes a traceback, a hang or minutes of parsing."""
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -43,11 +44,17 @@ def read_bytes(path: Path, what: str, limit: int, missing: str | None = None) ->
     """The whole file, or a UserError naming `what` and the problem (see `check_file`)."""
     path = Path(path)
     check_file(path, what, limit, missing)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(limit + 1)
+    try:  # non-blocking open, checked again: a FIFO swapped in after the check must not hang us
+        handle = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
     except OSError as exc:
         raise UserError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    with handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise UserError(f"{what} {path} is not a regular file")
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise UserError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     if len(data) > limit:  # it grew after the check
         raise UserError(f"{what} {path} is too large (over {_size(limit)})")
     return data
