@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mars_cli.cli import main
+from mars_cli.errors import UserError
 
 
 def one_line_error(capsys, args: list[str], expected: str) -> None:
