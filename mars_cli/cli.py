@@ -243,7 +243,7 @@ def train_head(
         "--resume", help="Continue from the checkpoint next to --out (data already generated is always reused).")] = False,
 ) -> None:
     """Train an EAGLE-style draft head for a target on its own greedy answers (self-distillation)."""
-    from .head.recipe import HeadRecipe, HeadTraining
+    from .head.recipe import HeadRecipe, HeadTraining, checkpoint_path
     from .head.train import TrainSettings
     from .paths import user_head_dir
     from .render import head_table
@@ -266,7 +266,7 @@ def train_head(
         destination = out_path or user_head_dir() / f"{name}.safetensors"
         require(destination.suffix == ".safetensors", f"--out {destination}: an eagle1 head is a .safetensors file")
         _check_writable_file(destination)
-    training = HeadTraining(options.model, recipe)
+    training = HeadTraining(options.model, recipe, checkpoint_path(destination) if resume and not data_only else None)
     if data_only:
         with _progress() as progress:
             stages: dict[str, int] = {}
@@ -436,12 +436,15 @@ def _check_writable_file(path: Path) -> None:
     paths.create_directory) and be writable."""
     import os
 
-    from .paths import create_directory
+    from .paths import check_can_create, create_directory
 
     require(not path.is_dir(), f"{path} is a directory; name a file")
     parent = path.parent if str(path.parent) else Path(".")
     create_directory(parent)
     require(os.access(parent, os.W_OK), f"cannot write to {parent}")
+    # an existing file may refuse writes its directory allows (immutable, read-only bind)
+    require(not path.exists() or os.access(path, os.W_OK), f"cannot write {path}: the file is not writable")
+    check_can_create(parent, path)
 
 
 def _progress():

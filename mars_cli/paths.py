@@ -47,6 +47,9 @@ def create_directory(directory: Path) -> None:
     try:
         directory.mkdir(parents=own, exist_ok=True)
     except FileNotFoundError:
+        if directory.parent.is_dir():  # /proc, /sys: the parent is there but takes no new entries
+            raise UserError(f"cannot create {directory}: {directory.parent} does not accept new files or "
+                            "directories") from None
         raise UserError(f"cannot create {directory}: {directory.parent} does not exist (only the last level "
                         "of an output path is created; create the rest first)") from None
     except OSError as exc:
@@ -76,3 +79,19 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def check_can_create(directory: Path, what: Path) -> None:
+    """Create (and remove) a file in `directory`: the permission bits say yes for root in /proc
+    and on read-only mounts, so only trying tells, and before minutes of work, not after."""
+    import tempfile
+
+    from .errors import UserError
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".mars-probe-"):
+            pass
+    except FileNotFoundError:
+        raise UserError(f"cannot write {what}: {directory} does not accept new files") from None
+    except OSError as exc:
+        raise UserError(f"cannot write {what}: {exc.strerror or exc}") from None

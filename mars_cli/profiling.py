@@ -9,6 +9,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -39,16 +40,19 @@ def parse_range(text: str) -> list[int]:
     """'1:8' -> [1..8]; '2,4,8' -> [2, 4, 8]."""
     from .errors import UserError
 
+    bounds = f"--sweep-num-draft {text!r}: draft lengths must lie in 1..64"
     try:
         if ":" in text:
             low, high = (int(part) for part in text.split(":"))
+            if not 1 <= low <= high <= 64:  # bounded before the range is made (1:10000000000 ran out of memory)
+                raise UserError(bounds)
             values = list(range(low, high + 1))
         else:
             values = [int(part) for part in text.split(",")]
     except ValueError:
         raise UserError(f"--sweep-num-draft {text!r}: expected LOW:HIGH or a comma-separated list") from None
     if not values or min(values) < 1 or max(values) > 64:
-        raise UserError(f"--sweep-num-draft {text!r}: draft lengths must lie in 1..64")
+        raise UserError(bounds)
     return values
 
 
@@ -203,8 +207,34 @@ def _write_trace(session: Session, prompt_ids: list[int], path: Path) -> None:
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities) as prof:
         session.run(prompt_ids)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    prof.export_chrome_trace(str(path))
+    export_trace(prof.export_chrome_trace, path)
+
+
+def export_trace(export: Callable[[str], object], path: Path) -> None:
+    """Have `export` write the trace into a private directory beside `path`, check that it wrote
+    something, and rename it into place. The profiler reports no failure (it said "written" for a
+    file it could not write) and leaves its own 14 MB `.tmp` behind: both end here, with one
+    sentence, the directory removed and an existing file at `path` untouched."""
+    import os
+    import shutil
+    import tempfile
+
+    from .errors import UserError
+
+    try:
+        folder = tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise UserError(f"cannot write the trace {path}: {exc.strerror or exc}") from None
+    try:
+        written = os.path.join(folder, "trace.json.gz" if path.name.endswith(".gz") else "trace.json")  # torch gzips
+        export(written)
+        if not os.path.isfile(written) or os.path.getsize(written) == 0:
+            raise UserError(f"cannot write the trace {path}: the profiler wrote nothing")
+        os.replace(written, path)
+    except OSError as exc:
+        raise UserError(f"cannot write the trace {path}: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def plot_report(report: dict, path: Path) -> None:

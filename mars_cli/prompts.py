@@ -28,19 +28,19 @@ def encode_messages(tokenizer: object, messages: list[dict], raw: bool = False) 
 def load_prompts(path: Path | None, builtin: Path, least: int = 2) -> tuple[list[str], str, str]:
     """(prompts, name, sha256 of the file's bytes). JSONL with a `prompt` field per line;
     `builtin` when no path is given; at least `least` prompts (some are held out)."""
+    from .inputs import JSONL_LIMIT, decode_utf8, read_bytes
+
     source = path or builtin
-    try:
-        raw = source.read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read prompts file {source}: {exc.strerror or exc}") from None
+    raw = read_bytes(source, "prompts file", JSONL_LIMIT,
+                     missing=f"cannot read prompts file {source}: it does not exist")
     prompts = []
-    for number, line in enumerate(raw.decode("utf-8", errors="strict").splitlines(), start=1):
+    for number, line in enumerate(decode_utf8(raw, source, "prompts file").splitlines(), start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
             prompt = record["prompt"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError):
             raise UserError(f"{source}: line {number} is not a JSON object with a 'prompt' field") from None
         if not isinstance(prompt, str) or not prompt.strip():
             raise UserError(f"{source}: line {number} has an empty or non-text prompt")

@@ -397,6 +397,32 @@ def test_killed_training_resumes_to_the_same_head(tiny_target, tiny_data, tmp_pa
     assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()))
 
 
+def test_resume_continues_only_under_the_recorded_options(tiny_target, tiny_data, tmp_path):
+    """The checkpoint records the options (issue 24): the same ones resume to the same head,
+    another --lr is refused in one sentence instead of being mixed in."""
+    from mars_cli.errors import UserError
+
+    sequences, features = tiny_data
+    settings = TrainSettings(architecture="eagle1", epochs=2, batch_size=4, learning_rate=3e-3, depth=2, vocab=30,
+                             seed=1, checkpoint_every=5)
+    options = {"--lr": 3e-3, "--vocab": 30}
+    whole, _, whole_losses = train(tiny_target, sequences, features, settings, tmp_path / "a.ckpt", False, {},
+                                   options=options)
+
+    def kill_at_6(step: int, total: int, loss: float) -> None:
+        if step == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_target, sequences, features, settings, tmp_path / "b.ckpt", False, {}, kill_at_6, options)
+    with pytest.raises(UserError, match=r"--resume: --lr differs from the interrupted run \(0.003 there, 0.01 now\)"):
+        train(tiny_target, sequences, features, settings, tmp_path / "b.ckpt", True, {}, None,
+              {**options, "--lr": 0.01})
+    _, _, resumed_losses = train(tiny_target, sequences, features, settings, tmp_path / "b.ckpt", True, {}, None,
+                                 options)
+    assert resumed_losses == whole_losses
+
+
 def test_compiled_head_drafts_what_the_eager_head_drafts(tiny_target):
     """`--compile on` compiles the head's one-token drafting step (dynamic cache length): the
     drafts, and so the decoded tokens, are the eager head's (float32)."""

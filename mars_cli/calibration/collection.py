@@ -136,16 +136,25 @@ def save_partial(path: Path, signature: dict, fit_sample: MarginSample, held_sam
 
 def load_partial(path: Path, signature: dict) -> tuple[MarginSample, MarginSample | None]:
     """The (fit, held-out) samples of an interrupted run with the same options (`signature`)."""
+    from ..inputs import LOG_LIMIT, read_text
+
+    text = read_text(path, "resume file", LOG_LIMIT, missing=f"nothing to resume: {path} is missing")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise UserError(f"nothing to resume: {path} is missing or unreadable") from None
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        raise UserError(f"nothing to resume: {path} is not a calibration's resume file; rerun without --resume")
     if data.get("signature") != json.loads(json.dumps(signature)):
         raise UserError(f"--resume: the options differ from the interrupted run in {path}")
 
-    def load(groups: list | None) -> MarginSample | None:
+    def load(groups: object) -> MarginSample | None:
         if groups is None:
             return None
-        return MarginSample.from_lists([z1 for z1, _ in groups], [z2 for _, z2 in groups])
+        try:  # [[z1 values, z2 values], ...], as save_partial writes them
+            return MarginSample.from_lists([z1 for z1, _ in groups], [z2 for _, z2 in groups])  # type: ignore[union-attr]
+        except (TypeError, ValueError, RuntimeError):
+            raise UserError(f"nothing to resume: {path} is damaged (its positions are malformed); "
+                            "rerun without --resume") from None
 
-    return load(data["fit"]) or MarginSample(), load(data["held"])
+    return load(data.get("fit")) or MarginSample(), load(data.get("held"))

@@ -13,14 +13,49 @@ from . import profiles
 
 def replot(source: Path, path: Path) -> Path:
     """`mars calibrate --replot SOURCE --plot PATH`: the sweep stored in a profile file, drawn again."""
-    return plot_sweeps(profiles.load(source).data, path)
+    return plot_sweeps(profiles.load(source).data, path, str(source))
 
 
-def plot_sweeps(profile: dict, path: Path) -> Path:
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_drawable(profile: dict, swept: dict[str, dict], origin: str) -> None:
+    """What drawing reads beyond what profile validation checks (a hand-edited profile that loads
+    may lack it): one sentence naming the first missing or malformed field, not a KeyError."""
+    def require_field(condition: bool, field: str, expected: str) -> None:
+        if not condition:
+            raise UserError(f"cannot draw the sweep of profile {origin}: field '{field}' must be {expected}")
+
+    require_field(_number((profile.get("objective") or {}).get("value")), "objective.value", "a number")
+    for mode, block in swept.items():
+        sweep, where = block["sweep"], f"modes.{mode}"
+        require_field(isinstance(sweep, dict), f"{where}.sweep", "a mapping")
+        objective = block.get("objective")
+        require_field(isinstance(objective, dict) and _number(objective.get("value")), f"{where}.objective.value",
+                      "a number")
+        require_field(sweep.get("chosen") is None or _number(sweep.get("chosen")), f"{where}.sweep.chosen",
+                      "a number or null")
+        require_field(isinstance(sweep.get("measure"), str), f"{where}.sweep.measure", "a margin measure")
+        strict = sweep.get("strict")
+        require_field(isinstance(strict, dict) and _number(strict.get("tau")), f"{where}.sweep.strict.tau", "a number")
+        for index, row in enumerate(sweep["rows"]):
+            metrics = row.get("metrics", {})
+            require_field(isinstance(metrics, dict), f"{where}.sweep.rows[{index}].metrics", "a mapping")
+            for name, figure in metrics.items():
+                interval = figure.get("drop_interval_90") if isinstance(figure, dict) else None
+                require_field(isinstance(figure, dict) and _number(figure.get("drop")) and isinstance(interval, list)
+                              and len(interval) == 2 and all(_number(v) for v in interval),
+                              f"{where}.sweep.rows[{index}].metrics.{name}",
+                              "a mapping with a numeric 'drop' and a two-number 'drop_interval_90'")
+
+
+def plot_sweeps(profile: dict, path: Path, origin: str = "being written") -> Path:
     """One column per mode with a stored sweep; a profile without one is a one-line error."""
     swept = {mode: block for mode, block in (profile.get("modes") or {}).items() if "sweep" in block}
     if not swept:
         raise UserError("this profile has no quality sweep to draw (calibrate with --objective quality=DROP)")
+    check_drawable(profile, swept, origin)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,14 +79,16 @@ def _draw_mode(speed, quality, mode: str, block: dict) -> None:
     sweep = block["sweep"]
     rows = sorted(sweep["rows"], key=lambda row: row["theta"])
     thetas = [row["theta"] for row in rows]
-    chosen, drop = sweep["chosen"], block["objective"]["value"]
+    chosen, drop = sweep.get("chosen"), block["objective"]["value"]
     speed.plot(thetas, [row["tau"] for row in rows], "o-", label="MARS")
     speed.axhline(sweep["strict"]["tau"], color="grey", linestyle="--", label="strict")
     speed.set_ylabel("tau (tokens per target pass)")
-    speed.set_title(f"{mode} (T={block['temperature']:g}), drafter {block['drafter']}")
+    speed.set_title(f"{mode} (T={block['temperature']:g}), drafter {block.get('drafter', '?')}")
     names = [name for name in sweep["strict"] if name not in ("tau", "relaxed_share")]
     for name in names:
-        points = [(row["theta"], row["metrics"][name]) for row in rows if name in row["metrics"]]
+        points = [(row["theta"], row["metrics"][name]) for row in rows if name in row.get("metrics", {})]
+        if not points:  # rows without metrics (a hand-edited profile): nothing to draw for this one
+            continue
         values = [1 - figure["drop"] for _, figure in points]
         low = [_bar(value - (1 - figure["drop_interval_90"][1])) for value, (_, figure) in zip(values, points)]
         high = [_bar((1 - figure["drop_interval_90"][0]) - value) for value, (_, figure) in zip(values, points)]

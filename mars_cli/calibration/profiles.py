@@ -163,19 +163,20 @@ def _check_modes(modes: object, fail) -> None:
 
 
 def load(path: str | Path) -> Profile:
+    """Read and validate a profile; a file over PROFILE_LIMIT (a real one is a few KiB) is refused
+    unread, since YAML parsing of 100 MB took minutes."""
+    from ..inputs import PROFILE_LIMIT, read_text
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"profile not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read profile {path}: {exc}") from None
+    text = read_text(path, "profile", PROFILE_LIMIT)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         raise UserError(f"invalid profile {path}: not valid YAML{where}") from None
+    except RecursionError:
+        raise UserError(f"invalid profile {path}: not valid YAML (nested too deeply)") from None
     return Profile(path, validate(data, str(path)))
 
 

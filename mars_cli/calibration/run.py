@@ -138,6 +138,7 @@ class Calibration:
         self.suites: list[Suite] = []
         self.strict_sandbox = True
         if request.quality:
+            sweep.check_drafter(self.drafter)
             self.suites = sweep.quality_suites(request.suite, request.limit, request.allow_code_execution)
             self.thetas = (sweep.parse_thetas(request.thetas) if request.thetas is not None
                            else sweep.DEFAULT_THETAS[self.measure])

@@ -153,11 +153,17 @@ def _interval(values: list[float]) -> list[float]:
 
 
 # --------------------------------------------------------------------------- running
+def check_drafter(spec: str) -> None:
+    """A sweep measures what relaxing drafts costs: plain decoding drafts nothing. Checked when
+    the request is read, before the target loads (it once failed only after a 38 s load)."""
+    require(spec != "none", "--objective quality= needs a drafter: --draft none relaxes nothing")
+
+
 def resolve_drafter(spec: str, target: LoadedModel, note: Callable[[str], None]) -> str:
     """`auto`: the target's draft head when it has one (as `--draft auto` decodes), else n-gram
     lookup: plain decoding drafts nothing, so nothing would ever be relaxed."""
     if spec != "auto":
-        require(spec != "none", "--objective quality= needs a drafter: --draft none relaxes nothing")
+        check_drafter(spec)
         return spec
     from ..head.drafter import find_head
 

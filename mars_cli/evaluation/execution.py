@@ -117,8 +117,22 @@ def sandbox_mode(weak_allowed: bool) -> bool:
         raise UserError(f"cannot isolate generated code here ({problem}); pass --weak-sandbox to run it with "
                         "weaker isolation (process group, resource limits, nobody when root), or leave out "
                         "--allow-code-execution")
+    weak_problem = _weak_problem()
+    if weak_problem is not None:  # else every program would fail the same way: a silent score of 0
+        raise UserError(f"cannot run generated code here, even with weaker isolation ({weak_problem}; strict "
+                        f"isolation: {problem}); leave out --allow-code-execution")
     warn(f"running generated code with weaker isolation ({problem})")
     return False
+
+
+@functools.lru_cache(maxsize=1)
+def _weak_problem() -> str | None:
+    """Why even --weak-sandbox cannot run a program here, or None when it can (probed once)."""
+    try:
+        probe = run_program("pass\n", timeout=30, strict=False)
+    except SandboxUnavailable as exc:
+        return str(exc)
+    return None if probe.passed else f"a probe program failed: {probe.reason}"
 
 
 def check_completion(prompt: str, completion: str, test: str, entry_point: str, timeout: float = 10.0,

@@ -167,11 +167,13 @@ def _become_unprivileged(config: dict, as_root: bool, notes: list[str], strict: 
             os.setuid(NOBODY)
         except OSError as exc:
             if strict:
-                raise SetupError(f"cannot switch to the unprivileged user nobody ({exc.strerror})") from None
+                why = "uid 65534 is not mapped in this user namespace" if exc.errno == errno.EINVAL else exc.strerror
+                raise SetupError(f"cannot switch to the unprivileged user nobody ({why})") from None
             notes.append("runs as root")
             _limits(config, resource.RLIM_INFINITY)
     else:
-        uid, gid = config["uid"], config["gid"]
+        # root that cannot become nobody (main) is nobody inside, never root of its own namespace
+        uid, gid = config["uid"] or NOBODY, config["gid"] or NOBODY
         try:
             _call("unshare", ctypes.c_int(CLONE_NEWUSER))  # a user namespace with no power over the mounts
             _write("/proc/self/setgroups", "deny")
@@ -218,14 +220,36 @@ def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str
             return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
+def _nobody_mapped() -> bool:
+    """Whether uid and gid 65534 exist in this user namespace. Under `unshare --user
+    --map-root-user` only root does: chown and setuid to nobody fail there with EINVAL (which once
+    became a silent score of 0 for every program)."""
+    try:
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/self/{name}") as handle:
+                ranges = [tuple(map(int, line.split())) for line in handle if line.strip()]
+            if not any(len(r) == 3 and r[0] <= NOBODY < r[0] + r[2] for r in ranges):
+                return False
+    except (OSError, ValueError):
+        return True  # no map to read: the chown below answers for itself
+    return True
+
+
 def main() -> int:
     config = json.loads(sys.argv[1])
     strict = config["strict"]
-    as_root = os.geteuid() == 0
+    # root that cannot become nobody (a user namespace that maps only root) is isolated as any
+    # other user is: a user namespace of its own, the program's directory left as it is
+    as_root = os.geteuid() == 0 and _nobody_mapped()
     notes: list[str] = []
     config.update(uid=os.getuid(), gid=os.getgid(), namespaces=True, as_root=as_root)
     if as_root:
-        os.chown(config["folder"], NOBODY, NOBODY)
+        try:
+            os.chown(config["folder"], NOBODY, NOBODY)
+        except OSError as exc:  # the program could not write its own directory: refuse in both modes
+            print(f"mars-sandbox: cannot give the program's directory to the unprivileged user nobody "
+                  f"({exc.strerror})", file=sys.stderr)
+            return SETUP_FAILED
     try:
         flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
         _call("unshare", ctypes.c_int(flags | (0 if as_root else CLONE_NEWUSER)))

@@ -66,7 +66,9 @@ class SampleLog:
         """Read the finished samples. A line cut short by a crash (normally the last one) is
         dropped from the file, and reported, before anything is appended after it, so no record
         is ever glued to partial bytes; a record seen twice counts once (and is kept once)."""
-        data = path.read_bytes()
+        from ..inputs import LOG_LIMIT, read_bytes
+
+        data = read_bytes(path, "sample log", LOG_LIMIT)
         lines = data.split(b"\n")
         dropped, duplicates, seen, last_torn = 0, 0, set(), False
         for index, line in enumerate(lines):
@@ -75,7 +77,8 @@ class SampleLog:
             try:
                 record = json.loads(line)
                 key = tuple(record[k] for k in self.KEY)
-            except (ValueError, KeyError, TypeError):
+                hash(key)  # a list where a name belongs cannot be a key
+            except (ValueError, KeyError, TypeError, RecursionError):
                 dropped += 1
                 last_torn = index == len(lines) - 1  # no newline after it: its write was cut short
                 continue
@@ -238,11 +241,16 @@ def prepare_out_dir(out_dir: Path | None, resume: bool, signature: dict) -> Path
     require(os.access(out_dir, os.W_OK), f"cannot write to {out_dir}")
     run_file, samples = out_dir / "run.json", out_dir / "samples.jsonl"
     if resume:
-        require(run_file.is_file(), f"nothing to resume in {out_dir} (no run.json)")
+        from ..inputs import LOG_LIMIT, check_file, read_text
+
+        require(run_file.exists(), f"nothing to resume in {out_dir} (no run.json)")
+        text = read_text(run_file, "run file", LOG_LIMIT)
         try:
-            previous = json.loads(run_file.read_text())
-        except ValueError:
+            previous = json.loads(text)
+        except (ValueError, RecursionError):
             raise UserError(f"{run_file} is corrupt; start a new run in another directory") from None
+        if samples.exists() or samples.is_symlink():  # read after the model loads: checked now
+            check_file(samples, "sample log", LOG_LIMIT)
         require(previous == json.loads(json.dumps(signature)),
                 f"--resume: the options differ from the run in {out_dir}; use the same ones or another --out")
     else:

@@ -4,6 +4,7 @@ file, and any `datasets` spec. A suite is a list of samples plus the name of its
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ def load_suite(spec: str, limit: int | None = None) -> Suite:
         suite.samples = suite.samples[:limit]
     if not suite.samples:
         raise UserError(f"suite {spec!r} has no samples")
+    _check_unique_ids(suite, spec)
     return suite
 
 
@@ -80,6 +82,11 @@ def load_suites(text: str, limit: int | None, allow_code_execution: bool) -> tup
     specs = [part.strip() for part in text.split(",") if part.strip()]
     specs = [name for spec in specs for name in (list(BUILTIN) if spec == "all" else [spec])]
     suites = [load_suite(spec, limit) for spec in specs]
+    names = [suite.name for suite in suites]
+    twice = next((name for index, name in enumerate(names) if name in names[:index]), None)
+    if twice is not None:  # results are keyed by suite name: a second one would merge into the first
+        raise UserError(f"--suite: two suites are named {twice!r} (a suite given twice, or two .jsonl files "
+                        "with the same name); name each once")
     unscored = [suite.name for suite in suites if suite.needs_execution]
     if unscored and not allow_code_execution:
         note(f"{', '.join(unscored)} {'is' if len(unscored) == 1 else 'are'} scored by running generated code: "
@@ -88,24 +95,54 @@ def load_suites(text: str, limit: int | None, allow_code_execution: bool) -> tup
 
 
 def _read_jsonl(path: Path, name: str) -> list[Sample]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise UserError(f"suite file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read suite file {path}: {exc}") from None
+    from ..inputs import JSONL_LIMIT, read_text
+
+    lines = read_text(path, "suite file", JSONL_LIMIT).splitlines()
     samples = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise UserError(f"{path}: line {number} is not valid JSON") from None
         if not isinstance(record, dict):
             raise UserError(f"{path}: line {number} is not a JSON object")
-        samples.append(_sample_from_record(record, f"{name}-{number}", f"{path}: line {number}"))
+        sample = _sample_from_record(record, f"{name}-{number}", f"{path}: line {number}")
+        _check_reference(sample.reference, f"{path}: line {number}")  # a JSONL suite is scored by its fields
+        samples.append(sample)
     return samples
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _number_text(value: object) -> bool:
+    """A string that the exact-number metric can read as its answer."""
+    try:
+        return isinstance(value, str) and math.isfinite(float(value))
+    except ValueError:
+        return False
+
+
+def _check_reference(reference: dict[str, Any], where: str) -> None:
+    """Each scoring field of the type its metric reads, checked while the suite loads: a number
+    where text belongs crashed mid-run after the model had loaded, and an object `answer` scored
+    0 for every output without a word."""
+    answer = reference.get("answer")
+    if "answer" in reference and not (_is_number(answer) or _number_text(answer)):
+        raise UserError(f"{where}: 'answer' must be a number (or a string holding one), "
+                        f"got {type(answer).__name__} {_short(answer)}")
+    for key in ("reference", "test", "entry_point"):
+        if key in reference and not (isinstance(reference[key], str) and reference[key].strip()):
+            raise UserError(f"{where}: {key!r} must be a non-empty string, got {type(reference[key]).__name__} "
+                            f"{_short(reference[key])}")
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _sample_from_record(record: dict, default_id: str, where: str) -> Sample:
@@ -116,7 +153,22 @@ def _sample_from_record(record: dict, default_id: str, where: str) -> Sample:
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
         raise UserError(f"{where}: needs a non-empty 'prompt' string or a 'turns' list of strings")
     reference = {k: record[k] for k in ("answer", "reference", "test", "entry_point") if k in record}
-    return Sample(str(record.get("id", record.get("question_id", default_id))), turns, reference)
+    sample_id = next((record[k] for k in ("id", "question_id") if record.get(k) is not None), default_id)
+    if not (isinstance(sample_id, str) and sample_id.strip()) and not (isinstance(sample_id, int)
+                                                                      and not isinstance(sample_id, bool)):
+        raise UserError(f"{where}: 'id' must be a non-empty string or an integer, got {_short(sample_id)}")
+    return Sample(str(sample_id), turns, reference)
+
+
+def _check_unique_ids(suite: Suite, spec: str) -> None:
+    """Results are keyed by (suite, id, method): two samples with one id would share a record
+    (vanilla's agreement with itself came out as 0.5), so a repeated id is refused."""
+    seen: set[str] = set()
+    for sample in suite.samples:
+        if sample.id in seen:
+            raise UserError(f"suite {spec!r}: the id {sample.id!r} is used by more than one sample; "
+                            "give every sample its own id")
+        seen.add(sample.id)
 
 
 def _humaneval() -> Suite:

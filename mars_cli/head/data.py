@@ -77,15 +77,21 @@ def data_dir(target: LoadedModel, prompts_sha: str, answering: "Answering | int"
 
 
 def read_generations(path: Path) -> dict[int, Sequence]:
+    """The answers already generated (the resume log of the data step). A line that is torn, not
+    UTF-8 or not a record is generated again; a file that is not a regular one, or absurdly
+    large, is one sentence (a FIFO there would block the run)."""
+    from ..inputs import LOG_LIMIT, read_bytes
+
     done: dict[int, Sequence] = {}
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return done
-    for line in path.read_text(encoding="utf-8").splitlines():
+    text = read_bytes(path, "generated answers file", LOG_LIMIT).decode("utf-8", errors="replace")
+    for line in text.splitlines():
         try:
             record = json.loads(line)
             done[record["index"]] = Sequence(record["index"], record["prompt_ids"], record["output_ids"],
                                              record.get("mode", "greedy"))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             continue  # a line torn by a kill; that prompt is generated again
     return done
 
@@ -178,7 +184,10 @@ def extract_features(target: LoadedModel, sequences: list[Sequence], folder: Pat
     for number, shard in enumerate(shards):
         path = folder / f"shard-{number:05d}-{len(shard)}.safetensors"
         if path.exists():
-            stored = load_file(str(path))
+            try:
+                stored = load_file(str(path))
+            except Exception:  # a damaged cache shard (safetensors raises its own types): extracted again
+                stored = {}
             if all(str(s.index) in stored for s in shard):
                 features.update({s.index: stored[str(s.index)] for s in shard})
                 if progress:

@@ -19,7 +19,7 @@ from ..prompts import load_prompts
 from . import data as head_data
 from .eagle3 import Eagle3Head
 from .parts import PairHead
-from .train import ARCHITECTURES, HELD_OUT_EVERY, HeldOut, TrainSettings, feature_layers, train
+from .train import ARCHITECTURES, HELD_OUT_EVERY, HeldOut, TrainSettings, feature_layers, load_checkpoint, train
 
 Report = Callable[[str, int, int], None]  # (stage, done, total) while generating and extracting
 OnStep = Callable[[int, int, float], None]  # (step, total steps, loss) while training
@@ -61,6 +61,21 @@ class HeadRecipe:
         require(min(settings.epochs, settings.batch_size, settings.depth) >= 1,
                 "--epochs, --batch-size and --depth must be at least 1")
 
+    def resume_options(self, prompts_sha256: str) -> dict:
+        """The options a checkpoint records, by flag: those that shape the data, the head or the
+        schedule. --resume refuses a checkpoint made under other values (--num-draft, which only
+        sets the held-out measure, may change)."""
+        settings = self.settings
+        return {"--arch": settings.architecture, "--prompts": prompts_sha256, "--max-new-tokens": self.max_new_tokens,
+                "--sampled-share": self.sampled_share, "--sample-temperature": self.sample_temperature,
+                "--vocab": settings.vocab, "--epochs": settings.epochs, "--batch-size": settings.batch_size,
+                "--lr": settings.learning_rate, "--depth": settings.depth, "--seed": settings.seed}
+
+
+def checkpoint_path(destination: Path) -> Path:
+    """Where training keeps its state while it runs: beside the head it will write."""
+    return destination.with_name(destination.name + ".ckpt")
+
 
 @dataclass
 class TrainedHead:
@@ -73,10 +88,15 @@ class TrainedHead:
 class HeadTraining:
     """One train-head run of a validated recipe: prompts read and target loaded up front, then `run`."""
 
-    def __init__(self, model: ModelOptions, recipe: HeadRecipe) -> None:
+    def __init__(self, model: ModelOptions, recipe: HeadRecipe, resume_from: Path | None = None) -> None:
+        """`resume_from`: the checkpoint --resume continues, checked (present, same options) before
+        the target loads."""
         self.recipe = recipe
         self.prompts, self.prompt_name, self.prompt_hash = load_prompts(recipe.prompts, head_data.HEAD_PROMPTS,
                                                                         HELD_OUT_EVERY)
+        self.options = recipe.resume_options(self.prompt_hash)
+        if resume_from is not None:
+            load_checkpoint(resume_from, self.options)
         self.target = model.load()
 
     def data(self, report: Report) -> tuple[list[head_data.Sequence], dict]:
@@ -101,8 +121,9 @@ class HeadTraining:
         recorded = {"command": command, "prompts": self.prompt_name, "prompts_sha256": self.prompt_hash,
                     "max_new_tokens": recipe.max_new_tokens, "data": f"the target's answers ({modes}; chat template)",
                     "answer_tokens": sum(len(s.output_ids) for s in sequences), "answers": len(sequences)}
-        checkpoint = destination.with_name(destination.name + ".ckpt")
-        head, held, losses = train(target, sequences, features, recipe.settings, checkpoint, resume, recorded, on_step)
+        checkpoint = checkpoint_path(destination)
+        head, held, losses = train(target, sequences, features, recipe.settings, checkpoint, resume, recorded, on_step,
+                                   self.options)
         record = head.config.mars["recipe"] if isinstance(head, Eagle3Head) else head.config.recipe
         record["held_out"] = dataclasses.asdict(held) | {"tau": held.tau}
         record["final_loss"] = sum(losses[-10:]) / len(losses[-10:])

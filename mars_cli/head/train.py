@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..errors import require
+from ..errors import UserError, require
 from .. import models
 from ..models import LoadedModel, cpu_computes_bfloat16
 from ..prompts import is_held_out
@@ -193,18 +193,47 @@ def learning_rate(step: int, total: int, peak: float) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _save_checkpoint(path: Path, head: PairHead, optimizer, step: int, losses: list[float]) -> None:
+def _save_checkpoint(path: Path, head: PairHead, optimizer, step: int, losses: list[float],
+                     options: dict | None = None) -> None:
+    """The training state, with the options it was made under (`options`: flag -> value) so that
+    --resume can refuse other ones instead of mixing them in."""
     temporary = path.with_name(path.name + ".tmp")
-    torch.save({"step": step, "head": head.state_dict(), "optimizer": optimizer.state_dict(), "losses": losses},
-               temporary)
+    torch.save({"step": step, "head": head.state_dict(), "optimizer": optimizer.state_dict(), "losses": losses,
+                **({"options": options} if options is not None else {})}, temporary)
     os.replace(temporary, path)
+
+
+def load_checkpoint(path: Path, options: dict | None = None) -> dict:
+    """The state `_save_checkpoint` wrote, refused in one sentence when it is missing, unreadable,
+    or was made under other options than `options` (flag -> value): a different --vocab gave a
+    size-mismatch traceback, a different --lr was mixed in under a recipe that did not say so."""
+    require(path.is_file(), f"nothing to resume: there is no checkpoint {path} (an interrupted train-head leaves "
+                            "one beside --out); rerun without --resume")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises pickle, zip and runtime errors alike for a damaged file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot read the checkpoint {path} ({first[:120]}); rerun without --resume") from None
+    require(isinstance(state, dict) and {"step", "head", "optimizer", "losses"} <= state.keys(),
+            f"{path} is not a train-head checkpoint; rerun without --resume")
+    if options is not None:
+        recorded = state.get("options")
+        require(isinstance(recorded, dict), f"the checkpoint {path} does not record its options (an older mars made "
+                                            "it), so --resume cannot check them; rerun without --resume")
+        for flag, value in options.items():
+            require(recorded.get(flag) == value,
+                    f"--resume: {flag} differs from the interrupted run ({recorded.get(flag)!r} there, {value!r} "
+                    "now); use the same value, or rerun without --resume")
+    return state
 
 
 def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, torch.Tensor],
           settings: TrainSettings, checkpoint: Path, resume: bool, recipe: dict,
-          progress: Callable[[int, int, float], None] | None = None) -> tuple[PairHead, HeldOut, list[float]]:
+          progress: Callable[[int, int, float], None] | None = None,
+          options: dict | None = None) -> tuple[PairHead, HeldOut, list[float]]:
     """Train on all but the held-out prompts; returns the head (weights rounded to fp16, as they
-    are saved), its held-out acceptance and the loss of every step."""
+    are saved), its held-out acceptance and the loss of every step. `options` (flag -> value) is
+    recorded in the checkpoint and, with `resume`, must match the one recorded there."""
     require(settings.depth >= 1 and settings.epochs >= 1 and settings.batch_size >= 1,
             "--depth, --epochs and --batch-size must be at least 1")
     train_set, held_set = split(sequences)
@@ -232,10 +261,15 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
     steps_per_epoch = math.ceil(len(train_set) / settings.batch_size)
     total = steps_per_epoch * settings.epochs
     step, losses = 0, []
-    if resume and checkpoint.exists():
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-        head.load_state_dict(state["head"])
-        optimizer.load_state_dict(state["optimizer"])
+    if resume and (checkpoint.exists() or options is not None):
+        state = load_checkpoint(checkpoint, options)
+        try:
+            head.load_state_dict(state["head"])
+            optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as exc:  # shapes of another head (another target)
+            first = str(exc).strip().splitlines()[0]
+            raise UserError(f"--resume: the checkpoint {checkpoint} holds another head ({first[:120]}); "
+                            "rerun without --resume") from None
         step, losses = int(state["step"]), list(state["losses"])
     head.train()
     # bfloat16 matrix products where the processor computes them natively (AMX / AVX512-BF16):
@@ -264,7 +298,7 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
         if progress:
             progress(step, total, losses[-1])
         if step % settings.checkpoint_every == 0 or step == total:
-            _save_checkpoint(checkpoint, head, optimizer, step, losses)
+            _save_checkpoint(checkpoint, head, optimizer, step, losses, options)
     with torch.no_grad():  # what ships is fp16: measure exactly that
         for parameter in head.parameters():
             parameter.copy_(parameter.half().float())
