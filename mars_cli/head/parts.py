@@ -16,6 +16,7 @@ output row).
 from __future__ import annotations
 
 import math
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -249,12 +250,17 @@ class PairHead(nn.Module, ABC):
     # ------------------------------------------------------------------ files
     def _save_weights(self, path: Path, metadata: dict[str, str]) -> None:
         """The state dict as safetensors, floating tensors in fp16 (how heads ship), written to
-        `<name>.tmp` then renamed: a killed run never leaves half a file under the real name."""
+        `<name>.tmp` then renamed: a killed run never leaves half a file under the real name. It
+        gets the mode config.json gets (the old file's, else 0666 less the umask), so a head's two
+        files are readable by the same people."""
         from safetensors.torch import save_file
+
+        from ..paths import _default_mode
 
         tensors = {name: (t.to(torch.float16) if t.is_floating_point() else t).contiguous().cpu()
                    for name, t in self.state_dict().items()}
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".tmp")
         save_file(tensors, str(temporary), metadata=metadata)
+        os.chmod(temporary, _default_mode(path))
         temporary.replace(path)
