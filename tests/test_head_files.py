@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import struct
+import subprocess
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -41,6 +42,22 @@ def deadline(seconds: int):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@contextmanager
+def fifo_watchdog(fifo: Path, seconds: int = 30):
+    """A read of `fifo` still blocked after `seconds` is let go (a writer opens and closes it, so
+    the reader sees end of file) and the test fails. It is another process: a thread or a signal
+    cannot help while safetensors holds the GIL in a blocked open()."""
+    fired = fifo.with_name(fifo.name + ".fired")
+    script = f'sleep {seconds}; : > "{fired}"; while :; do : > "{fifo}"; sleep 0.2; done'
+    watchdog = subprocess.Popen(["sh", "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        watchdog.kill()
+        watchdog.wait()
+    assert not fired.exists(), f"{fifo} was opened for reading and blocked for {seconds} s"
 
 
 def refused(capsys, tiny_dir: Path, spec: str) -> str:
@@ -159,14 +176,16 @@ def test_fifo_in_place_of_a_head_file_is_refused_without_hanging(capsys, tiny_di
     directory = write_public_head(tmp_path / "head", tiny_target)
     (directory / name).unlink()
     os.mkfifo(directory / name)
-    line = refused(capsys, tiny_dir, f"head:{directory}")
+    with fifo_watchdog(directory / name):
+        line = refused(capsys, tiny_dir, f"head:{directory}")
     assert name in line and "is a FIFO, not a regular file" in line, line
 
 
 def test_fifo_as_a_single_file_head_is_refused_without_hanging(capsys, tiny_dir, tmp_path):
     path = tmp_path / "head.safetensors"
     os.mkfifo(path)
-    line = refused(capsys, tiny_dir, f"head:{path}")
+    with fifo_watchdog(path):
+        line = refused(capsys, tiny_dir, f"head:{path}")
     assert "head.safetensors" in line and "is a FIFO, not a regular file" in line, line
 
 
