@@ -56,7 +56,7 @@ def create_directory(directory: Path) -> None:
         raise UserError(f"cannot create {directory}: {exc.strerror or exc}") from None
 
 
-def _default_mode(path: Path) -> int:
+def default_mode(path: Path) -> int:
     """The mode a plain `open(path, "w")` would give: the existing file's, else 0666 less the umask."""
     try:
         return path.stat().st_mode & 0o7777
@@ -72,7 +72,7 @@ def write_atomic(path: Path, text: str) -> None:
     0600 would hide it from the user's group where its siblings are readable)."""
     handle, temporary = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(handle, _default_mode(path))
+        os.fchmod(handle, default_mode(path))
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
         os.replace(temporary, path)

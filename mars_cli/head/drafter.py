@@ -11,7 +11,6 @@ and the original single-file head (model.DraftHead).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -23,8 +22,9 @@ from ..decoding.sampling import SamplingParams, probabilities, process_logits, s
 from ..errors import UserError
 from ..models import LoadedModel
 from ..paths import user_head_dir
-from .eagle3 import CONFIG_FILE, Eagle3Head, is_head_directory
-from .model import DraftHead, HeadCache, PairHead, config_fields
+from . import validate
+from .eagle3 import CONFIG_FILE, Eagle3Config, Eagle3Head, is_head_directory
+from .model import DraftHead, HeadCache, HeadConfig, PairHead, config_fields
 
 SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads"
 
@@ -34,14 +34,16 @@ def head_fingerprint(path: Path) -> str | None:
     single file: its metadata), or None when it records none or cannot be read."""
     try:
         if is_head_directory(path):
-            mars = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("mars") or {}
-            return mars.get("target_fingerprint") if isinstance(mars, dict) else None
+            mars = validate.read_json_object(path / CONFIG_FILE).get("mars") or {}
+            recorded = mars.get("target_fingerprint") if isinstance(mars, dict) else None
+            return recorded if isinstance(recorded, str) else None
         if path.suffix == ".safetensors" and path.is_file():
             with safe_open(str(path), framework="pt") as handle:
                 fields = config_fields(handle.metadata())
-            return None if fields is None else fields.get("target_fingerprint")
-    except (OSError, SafetensorError, ValueError, AttributeError):
-        return None  # unreadable: skipped, as a stray file in a profile folder is
+            recorded = fields.get("target_fingerprint") if isinstance(fields, dict) else None
+            return recorded if isinstance(recorded, str) else None
+    except (OSError, SafetensorError, ValueError, AttributeError, UserError):
+        return None  # unreadable or malformed: skipped, as a stray file in a profile folder is
     return None  # neither a head directory nor a .safetensors file
 
 
@@ -60,26 +62,33 @@ def find_head(target: LoadedModel) -> Path | None:
 
 def load_head(spec: str, target: LoadedModel, allow_pickle: bool = False) -> PairHead:
     """`head` (a head made for this target) or `head:PATH` (an EAGLE-3 directory or a single-file
-    head); checked against the target: sizes, feature layers, recorded fingerprint."""
-    _, _, location = spec.partition(":")
+    head). Checked against the target (sizes, feature layers, recorded fingerprint) and against
+    memory from what the files declare, before the head is allocated."""
+    _, colon, location = spec.partition(":")
+    if colon and not location.strip():
+        raise UserError(f"`{spec}` names no path: pass head:DIR (or head:FILE), or `head` for the head made "
+                        "for the target")
     path = Path(location).expanduser() if location else find_head(target)
     if path is None:
         raise UserError(f"no draft head found for {target.spec}; train one with `mars train-head "
                         f"--target {target.spec}` (or pass --draft head:DIR)")
     if not path.exists():
         raise UserError(f"draft head not found: {path}")
+    limit = validate.parameter_limit(sum(p.numel() for p in target.model.parameters()))
     if path.is_dir():
-        head: PairHead = Eagle3Head.load(path, allow_pickle, device=target.output_device)
-        _check_eagle3(head, path, target)
+        head: PairHead = Eagle3Head.load(path, allow_pickle, device=target.output_device,
+                                         check=lambda config, width: _check_eagle3(config, width, path, target),
+                                         max_parameters=limit)
+        _check_feature_layers(head, path, target)
     else:
-        head = DraftHead.load(path, device=target.output_device, dtype=torch.float32)
-        _check_single_file(head, path, target)
+        head = DraftHead.load(path, device=target.output_device, dtype=torch.float32,
+                              check=lambda config: _check_single_file(config, path, target), max_parameters=limit)
     head.source = str(path)
     return head.attach(target.model)
 
 
-def _check_single_file(head: DraftHead, path: Path, target: LoadedModel) -> None:
-    config = head.config
+def _check_single_file(config: HeadConfig, path: Path, target: LoadedModel) -> None:
+    """A single-file head's declared sizes and fingerprint against the target (before allocating)."""
     if config.hidden_size != target.model.get_input_embeddings().weight.shape[1] or config.vocab_size != target.vocab_size:
         raise UserError(f"draft head {path} was trained for {config.target or 'another model'} "
                         f"(hidden size {config.hidden_size}, vocabulary {config.vocab_size}); "
@@ -90,27 +99,40 @@ def _check_single_file(head: DraftHead, path: Path, target: LoadedModel) -> None
                         f"({target.fingerprint[:12]})")
 
 
-def _check_eagle3(head: Eagle3Head, path: Path, target: LoadedModel) -> None:
-    config, model = head.config, target.model
-    made_for = config.mars.get("target") or "another model"
-    embed_width = model.get_input_embeddings().weight.shape[1]
-    vocab, layers = target.vocab_size, target.num_layers
+def _check_eagle3(config: Eagle3Config, target_hidden: int, path: Path, target: LoadedModel) -> None:
+    """An EAGLE-3 head's declared sizes (config.json, and fc's width from the weights' header) and
+    fingerprint against the target, before the head is allocated."""
+    embed_width = target.model.get_input_embeddings().weight.shape[1]
     problems = []
     if config.hidden_size != embed_width:
         problems.append(f"hidden size {config.hidden_size}, the target's embeddings are {embed_width} wide")
-    if head.feature_width != 3 * embed_width:
-        problems.append(f"fc reads {head.feature_width} features, the target gives 3 x {embed_width}")
-    if config.vocab_size != vocab:
-        problems.append(f"vocabulary {config.vocab_size}, the target's is {vocab}")
-    aux = head.feature_layers_for(model)
-    if any(not -layers - 1 <= layer <= layers for layer in aux):
-        problems.append(f"feature layers {list(aux)} outside the target's {layers} layers")
-    if problems:
-        raise UserError(f"draft head {path} ({made_for}) cannot draft for {target.spec}: {'; '.join(problems)}")
+    if target_hidden != embed_width:
+        problems.append(f"fc reads {3 * target_hidden} features, the target gives 3 x {embed_width}")
+    if config.vocab_size != target.vocab_size:
+        problems.append(f"vocabulary {config.vocab_size}, the target's is {target.vocab_size}")
+    _refuse(problems, config, path, target)
     recorded = config.mars.get("target_fingerprint")
     if recorded and recorded != target.fingerprint:
-        raise UserError(f"draft head {path} was trained for {made_for} (fingerprint {recorded[:12]}), "
+        raise UserError(f"draft head {path} was trained for {_made_for(config)} (fingerprint {recorded[:12]}), "
                         f"not for {target.spec} ({target.fingerprint[:12]})")
+
+
+def _check_feature_layers(head: Eagle3Head, path: Path, target: LoadedModel) -> None:
+    """The target layers the head reads must exist (known once the target's depth is)."""
+    layers = target.num_layers
+    aux = head.feature_layers_for(target.model)
+    if any(not -layers - 1 <= layer <= layers for layer in aux):
+        _refuse([f"feature layers {list(aux)} outside the target's {layers} layers"], head.config, path, target)
+
+
+def _made_for(config: Eagle3Config) -> str:
+    return config.mars.get("target") or "another model"
+
+
+def _refuse(problems: list[str], config: Eagle3Config, path: Path, target: LoadedModel) -> None:
+    if problems:
+        raise UserError(f"draft head {path} ({_made_for(config)}) cannot draft for {target.spec}: "
+                        f"{'; '.join(problems)}")
 
 
 class HeadDrafter(Drafter):

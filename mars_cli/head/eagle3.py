@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -29,12 +30,17 @@ from torch import nn
 
 from .. import models
 from ..errors import UserError
+from . import validate
 from .parts import PairHead, RMSNorm
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 PICKLE_FILE = "pytorch_model.bin"
 IGNORED_KEYS = ("embed_tokens.weight",)
+# config.json keys read into Eagle3Config's own fields (the rest is kept as `extra`)
+KNOWN_FIELDS = frozenset({"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                          "vocab_size", "draft_vocab_size", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
+                          "max_position_embeddings", "target_hidden_size", "norm_before_residual", "mars"})
 
 
 @dataclass
@@ -64,48 +70,84 @@ class Eagle3Config:
 
     @classmethod
     def from_json(cls, data: dict, where: str) -> "Eagle3Config":
-        """Parse config.json; a missing or malformed field is a `UserError` naming it."""
-        def need(name: str, kind: type = int):
-            if name not in data:
-                raise UserError(f"{where}: config.json has no `{name}`")
-            value = data[name]
-            if kind is int and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise UserError(f"{where}: config.json `{name}` must be a positive integer, got {value!r}")
-            return value
-
+        """Parse config.json as a schema would: every field's type and range (`where` names the
+        file in each refusal); a missing or malformed field is a one-line `UserError`."""
         layers = data.get("num_hidden_layers", 1)
-        if layers != 1:
-            raise UserError(f"{where}: an EAGLE-3 head has one decoder layer, config.json says {layers!r}")
+        if not validate.is_int(layers) or layers != 1:
+            raise UserError(f"{where}: an EAGLE-3 head has one decoder layer, `num_hidden_layers` is {layers!r:.60}")
         activation = data.get("hidden_act", "silu")
         if activation != "silu":
-            raise UserError(f"{where}: only silu heads are supported, config.json says hidden_act {activation!r}")
-        hidden = need("hidden_size")
-        eagle = data.get("eagle_config") or {}
-        aux = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+            raise UserError(f"{where}: only silu heads are supported, `hidden_act` is {activation!r:.60}")
+        eagle = validate.optional_dict(data, "eagle_config", where)
+        aux = eagle.get("eagle_aux_hidden_state_layer_ids")
         if aux is not None and (not isinstance(aux, list) or len(aux) != 3
-                                or not all(isinstance(i, int) and i >= 0 for i in aux)):
-            raise UserError(f"{where}: eagle_aux_hidden_state_layer_ids must be three layer ids, got {aux!r}")
-        known = {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
-                 "draft_vocab_size", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
-                 "max_position_embeddings", "target_hidden_size", "norm_before_residual", "mars"}
-        heads = need("num_attention_heads")
+                                or not all(validate.is_int(i) and i >= 0 for i in aux)):
+            raise UserError(f"{where}: `eagle_aux_hidden_state_layer_ids` must be three layer ids, got {aux!r:.60}")
         rope_theta = data.get("rope_theta")
-        if rope_theta is None and isinstance(data.get("rope_parameters"), dict):
-            rope_theta = data["rope_parameters"].get("rope_theta")
-        return cls(
-            hidden_size=hidden, intermediate_size=need("intermediate_size"), num_attention_heads=heads,
-            num_key_value_heads=need("num_key_value_heads") if "num_key_value_heads" in data else heads,
-            vocab_size=need("vocab_size"),
-            draft_vocab_size=need("draft_vocab_size") if "draft_vocab_size" in data else data["vocab_size"],
-            head_dim=data.get("head_dim"), rms_norm_eps=float(data.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(rope_theta if rope_theta is not None else 10000.0),
-            rope_scaling=data.get("rope_scaling"),
-            max_position_embeddings=int(data.get("max_position_embeddings") or 2048),
-            target_hidden_size=data.get("target_hidden_size"), aux_layer_ids=aux,
-            norm_before_residual=bool(data.get("norm_before_residual", False)),
-            mars=dict(data.get("mars") or {}),
-            extra={k: v for k, v in data.items() if k not in known},
+        if rope_theta is None:
+            rope_theta = validate.optional_dict(data, "rope_parameters", where).get("rope_theta")
+        mars = validate.optional_dict(data, "mars", where)
+        for name in ("target", "target_fingerprint"):
+            validate.optional_str(mars, name, f"{where}: `mars`")
+        heads = validate.positive_int(data, "num_attention_heads", where)
+        vocab = validate.positive_int(data, "vocab_size", where)
+        config = cls(
+            hidden_size=validate.positive_int(data, "hidden_size", where),
+            intermediate_size=validate.positive_int(data, "intermediate_size", where),
+            num_attention_heads=heads,
+            num_key_value_heads=validate.positive_int(data, "num_key_value_heads", where, heads),
+            vocab_size=vocab, draft_vocab_size=validate.positive_int(data, "draft_vocab_size", where, vocab),
+            head_dim=validate.positive_int(data, "head_dim", where, None),
+            rms_norm_eps=validate.positive_number(data, "rms_norm_eps", where, 1e-6),
+            rope_theta=validate.positive_number({"rope_theta": rope_theta}, "rope_theta", where, 10000.0),
+            rope_scaling=validate.rope_scaling(data, where),
+            max_position_embeddings=validate.positive_int(data, "max_position_embeddings", where, 2048),
+            target_hidden_size=validate.positive_int(data, "target_hidden_size", where, None),
+            aux_layer_ids=aux,
+            norm_before_residual=validate.boolean(data, "norm_before_residual", where, False),
+            mars=dict(mars),
+            extra={k: v for k, v in data.items() if k not in KNOWN_FIELDS},
         )
+        config.check_consistent(where)
+        return config
+
+    def check_consistent(self, where: str) -> None:
+        """What no single field shows: the attention's geometry and the draft vocabulary's size."""
+        if self.draft_vocab_size > self.vocab_size:
+            raise UserError(f"{where}: `draft_vocab_size` {self.draft_vocab_size} is larger than `vocab_size` "
+                            f"{self.vocab_size} (the draft vocabulary is a subset of the target's)")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise UserError(f"{where}: `num_attention_heads` {self.num_attention_heads} is not a multiple of "
+                            f"`num_key_value_heads` {self.num_key_value_heads}")
+        d = self.attention_head_dim
+        if d < 2 or d % 2:
+            field_name = "head_dim" if self.head_dim else "hidden_size / num_attention_heads"
+            raise UserError(f"{where}: `{field_name}` gives a head dimension of {d}; RoPE needs an even one >= 2")
+
+    def tensor_shapes(self, target_hidden_size: int | None = None) -> dict[str, tuple[int, ...]]:
+        """The shape of every tensor of the head this config describes (the checkpoint's keys),
+        computed without building it: checked against the file's header before allocating."""
+        h, inner, d = self.hidden_size, self.intermediate_size, self.attention_head_dim
+        target_hidden = target_hidden_size or self.target_hidden_size or h
+        q, kv = self.num_attention_heads * d, self.num_key_value_heads * d
+        layer = "midlayer."
+        return {
+            "fc.weight": (h, 3 * target_hidden),
+            layer + "self_attn.q_proj.weight": (q, 2 * h), layer + "self_attn.k_proj.weight": (kv, 2 * h),
+            layer + "self_attn.v_proj.weight": (kv, 2 * h), layer + "self_attn.o_proj.weight": (h, q),
+            layer + "mlp.gate_proj.weight": (inner, h), layer + "mlp.up_proj.weight": (inner, h),
+            layer + "mlp.down_proj.weight": (h, inner),
+            layer + "input_layernorm.weight": (h,), layer + "hidden_norm.weight": (h,),
+            layer + "post_attention_layernorm.weight": (h,), "norm.weight": (h,),
+            "lm_head.weight": (self.draft_vocab_size, h),
+            "d2t": (self.draft_vocab_size,), "t2d": (self.vocab_size,),
+        }
+
+    def size_fields(self) -> dict[str, int]:
+        """The fields that size the head beyond the target's own widths (named when it is too big)."""
+        return {"intermediate_size": self.intermediate_size, "draft_vocab_size": self.draft_vocab_size,
+                "head_dim": self.attention_head_dim, "num_attention_heads": self.num_attention_heads,
+                "num_key_value_heads": self.num_key_value_heads, "hidden_size": self.hidden_size}
 
     def to_json(self) -> dict:
         data = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", **self.extra,
@@ -268,45 +310,57 @@ class Eagle3Head(PairHead):
         write_atomic(directory / CONFIG_FILE, json.dumps(self.config.to_json(), indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: Path, allow_pickle: bool = False, device: torch.device | str = "cpu",
-             dtype: torch.dtype = torch.float32) -> "Eagle3Head":
-        """Read a head directory; every key, shape and index is checked (`UserError` naming it)."""
-        where = str(directory)
+    def read_config(cls, directory: Path) -> Eagle3Config:
+        """A head directory's config.json, read and checked field by field (nothing else is read)."""
+        path = directory / CONFIG_FILE
         try:
-            data = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+            data = validate.read_json_object(path)
         except FileNotFoundError:
-            raise UserError(f"{where}: no {CONFIG_FILE} (an EAGLE-3 head directory holds config.json and "
-                            f"{WEIGHTS_FILE})") from None
-        except (OSError, UnicodeDecodeError, ValueError) as error:
-            raise UserError(f"{where}/{CONFIG_FILE} is not readable JSON: {error}") from None
-        if not isinstance(data, dict):
-            raise UserError(f"{where}/{CONFIG_FILE} must hold a JSON object")
-        config = Eagle3Config.from_json(data, where)
-        tensors = read_weights(directory, allow_pickle)
-        fc = tensors.get("fc.weight")
-        if fc is None or fc.dim() != 2 or fc.shape[1] % 3:
+            try:
+                empty = not any(directory.iterdir())
+            except OSError:
+                empty = False
+            raise UserError(f"{directory}{' is empty' if empty else f': no {CONFIG_FILE}'} (an EAGLE-3 head "
+                            f"directory holds {CONFIG_FILE} and {WEIGHTS_FILE})") from None
+        return Eagle3Config.from_json(data, str(path))
+
+    @classmethod
+    def load(cls, directory: Path, allow_pickle: bool = False, device: torch.device | str = "cpu",
+             dtype: torch.dtype = torch.float32, check: Callable[[Eagle3Config, int], None] | None = None,
+             max_parameters: int | None = None) -> "Eagle3Head":
+        """Read a head directory. All is checked before the module is allocated, so a lying file
+        costs nothing: config.json field by field, then the tensors' names, shapes and dtypes
+        and its size against `max_parameters` (default: what memory holds), the tensors' names,
+        shapes and dtypes from the safetensors header against it, `check(config, target hidden
+        size)` (the caller's checks against its target), the RoPE settings; d2t's values once
+        read. Each refusal is a `UserError`."""
+        where = str(directory)
+        config = cls.read_config(directory)
+        infos, read_tensors = weight_headers(directory, allow_pickle)
+        fc = infos.get("fc.weight")
+        if fc is None or len(fc.shape) != 2 or fc.shape[1] % 3 or not fc.shape[1]:
             raise UserError(f"{where}: `fc.weight` must be [hidden, 3 x target hidden], "
                             f"got {None if fc is None else list(fc.shape)}")
-        head = cls(config, target_hidden_size=fc.shape[1] // 3)
-        expected = head.state_dict()
-        present = {k for k in tensors if k not in IGNORED_KEYS}
-        missing = sorted(set(expected) - present - ({"t2d"} if "d2t" in present else set()))
-        unexpected = sorted(present - set(expected))
-        if missing or unexpected:
-            parts = ([f"missing {', '.join(missing)}"] if missing else []) + \
-                    ([f"unexpected {', '.join(unexpected)}"] if unexpected else [])
-            raise UserError(f"{where}: not an EAGLE-3 head: {'; '.join(parts)}")
-        for name, tensor in expected.items():
-            if name in tensors and tuple(tensors[name].shape) != tuple(tensor.shape):
-                raise UserError(f"{where}: `{name}` has shape {list(tensors[name].shape)}, "
-                                f"the config says {list(tensor.shape)}")
+        target_hidden = fc.shape[1] // 3
+        shapes = config.tensor_shapes(target_hidden)
+        limit = max_parameters or validate.parameter_limit(None)
+        validate.check_size(shapes, config.size_fields(), f"{where}/{CONFIG_FILE}", limit)
+        optional = frozenset({"t2d"}) if "d2t" in infos else frozenset()
+        validate.compare_shapes(infos, shapes, where, "an EAGLE-3 head", optional, IGNORED_KEYS)
+        used = {name: info for name, info in infos.items() if name not in IGNORED_KEYS}
+        validate.check_dtypes(used, integer=("d2t",), flags=("t2d",), where=where)
+        if check is not None:
+            check(config, target_hidden)
+        validate.check_rope(lambda: rope_frequencies(config), f"{where}/{CONFIG_FILE}")
+        tensors = read_tensors()
         d2t = tensors["d2t"].to(torch.long)
         target_ids = d2t + torch.arange(d2t.numel())
         if int(target_ids.min()) < 0 or int(target_ids.max()) >= config.vocab_size:
             raise UserError(f"{where}: d2t maps draft tokens outside the target vocabulary (0..{config.vocab_size - 1})")
         if target_ids.unique().numel() != target_ids.numel():
             raise UserError(f"{where}: d2t maps two draft tokens to the same target token")
-        state = {k: (v.float() if v.is_floating_point() else v) for k, v in tensors.items() if k in expected}
+        head = cls(config, target_hidden_size=target_hidden)
+        state = {k: (v.float() if v.is_floating_point() else v) for k, v in tensors.items() if k in shapes}
         state["d2t"] = d2t
         head.load_state_dict(state, strict=False)
         head.set_vocabulary(target_ids)  # t2d rebuilt from d2t: the two always agree
@@ -314,25 +368,36 @@ class Eagle3Head(PairHead):
         return head.to(device=device, dtype=dtype).eval()
 
 
-def read_weights(directory: Path, allow_pickle: bool) -> dict[str, torch.Tensor]:
-    """model.safetensors, or pytorch_model.bin with --allow-pickle (weights only)."""
+def weight_headers(directory: Path, allow_pickle: bool) -> tuple[dict[str, validate.TensorInfo],
+                                                                  Callable[[], dict[str, torch.Tensor]]]:
+    """What model.safetensors holds (from its header: nothing is read yet) and how to read it;
+    or pytorch_model.bin with --allow-pickle (weights only, read at once: a pickle has no header)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     safetensors_path, pickle_path = directory / WEIGHTS_FILE, directory / PICKLE_FILE
-    if safetensors_path.is_file():
-        try:
-            return load_file(str(safetensors_path))
-        except (OSError, SafetensorError) as error:
-            raise UserError(f"cannot read {safetensors_path}: {error}") from None
-    if pickle_path.is_file():
+    if validate.regular_file(safetensors_path):
+        infos, _ = validate.header_tensors(safetensors_path)
+
+        def read() -> dict[str, torch.Tensor]:
+            try:
+                return load_file(str(safetensors_path))
+            except (OSError, SafetensorError) as error:
+                raise UserError(f"cannot read {safetensors_path}: {validate.first_line(error)}") from None
+
+        return infos, read
+    if validate.regular_file(pickle_path):
         if not allow_pickle:
             raise UserError(f"{pickle_path} is a pickle file, which can run code when loaded; "
                             "pass --allow-pickle if you trust it")
         try:
-            return torch.load(pickle_path, map_location="cpu", weights_only=True)
+            tensors = torch.load(pickle_path, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001 - any unpickling failure means the same to the user
-            raise UserError(f"cannot read {pickle_path}: {error}") from None
+            raise UserError(f"cannot read {pickle_path}: {validate.first_line(error)}") from None
+        if not isinstance(tensors, dict):
+            raise UserError(f"{pickle_path} does not hold a dictionary of tensors")
+        infos = validate.tensor_infos(tensors, str(pickle_path))
+        return infos, lambda: tensors
     raise UserError(f"{directory}: no {WEIGHTS_FILE} (or {PICKLE_FILE})")
 
 

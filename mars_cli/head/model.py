@@ -11,9 +11,11 @@ safetensors: fp16 weights, the subset's token ids, and a JSON `config` entry in 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +23,7 @@ from torch import nn
 
 from .. import models
 from ..errors import UserError
+from . import validate
 from .parts import HeadCache, PairHead, RMSNorm, plain_inverse_frequencies
 
 # HeadCache and PairHead live in parts.py; callers that import them from here keep working
@@ -46,6 +49,42 @@ class HeadConfig:
         return self.hidden_size // self.num_heads
 
     @classmethod
+    def from_fields(cls, fields: object, where: str) -> "HeadConfig":
+        """The metadata's `config` entry checked as a schema would: a JSON object of known fields,
+        each of its type and range (a list, an unknown field or a string size is one line)."""
+        if not isinstance(fields, dict):
+            raise UserError(f"{where}: must be a JSON object, not {type(fields).__name__}")
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise UserError(f"{where}: unknown field `{str(unknown[0]):.40}`"
+                            f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}")
+        recipe = fields.get("recipe")
+        if recipe is not None and not isinstance(recipe, dict):
+            raise UserError(f"{where}: `recipe` must be a JSON object, got {type(recipe).__name__}")
+        config = cls(hidden_size=validate.positive_int(fields, "hidden_size", where),
+                     num_heads=validate.positive_int(fields, "num_heads", where),
+                     intermediate_size=validate.positive_int(fields, "intermediate_size", where),
+                     vocab_size=validate.positive_int(fields, "vocab_size", where),
+                     rope_theta=validate.positive_number(fields, "rope_theta", where, 10000.0),
+                     rms_eps=validate.positive_number(fields, "rms_eps", where, 1e-5),
+                     target=validate.optional_str(fields, "target", where),
+                     target_fingerprint=validate.optional_str(fields, "target_fingerprint", where),
+                     recipe=dict(recipe or {}))
+        if config.hidden_size % config.num_heads or config.head_dim < 2 or config.head_dim % 2:
+            raise UserError(f"{where}: `hidden_size` {config.hidden_size} / `num_heads` {config.num_heads} "
+                            "must give an even head dimension >= 2 (RoPE rotates pairs)")
+        return config
+
+    def tensor_shapes(self, rows: int) -> dict[str, tuple[int, ...]]:
+        """The saved tensors of a head with this config and `rows` vocabulary rows, computed
+        without building it: checked against the file's header before allocating."""
+        h, inner = self.hidden_size, self.intermediate_size
+        return {"fc.weight": (h, 2 * h), "attn_norm.weight": (h,), "q_proj.weight": (h, h), "k_proj.weight": (h, h),
+                "v_proj.weight": (h, h), "o_proj.weight": (h, h), "mlp_norm.weight": (h,),
+                "gate_proj.weight": (inner, h), "up_proj.weight": (inner, h), "down_proj.weight": (h, inner),
+                "final_norm.weight": (h,), "vocab_ids": (rows,)}
+
+    @classmethod
     def for_target(cls, model: nn.Module, **extra) -> "HeadConfig":
         """A head as wide as the target, with its MLP width, RoPE base and norm epsilon."""
         config = models.text_config(model)
@@ -64,7 +103,7 @@ def config_fields(metadata: dict | None) -> dict | None:
         return None
     try:
         return json.loads(metadata["config"])
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to be a config
         return None
 
 
@@ -141,19 +180,39 @@ class DraftHead(PairHead):
         self._save_weights(path, {"format": FORMAT, "config": json.dumps(asdict(self.config))})
 
     @classmethod
-    def load(cls, path: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> "DraftHead":
+    def load(cls, path: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+             check: Callable[[HeadConfig], None] | None = None, max_parameters: int | None = None) -> "DraftHead":
+        """Read a single-file head. All is checked before the module is allocated: the metadata's
+        config field by field, its size against `max_parameters` (default: what memory holds), the
+        tensors' names, shapes and dtypes from the header, `check(config)` (the caller's checks
+        against its target); the vocabulary ids once read. Each refusal is a `UserError`."""
         from safetensors import SafetensorError, safe_open
 
+        where = str(path)
+        infos, metadata = validate.header_tensors(path)
+        fields = config_fields(metadata)
+        if fields is None or "vocab_ids" not in infos:
+            raise UserError(f"{path} is not a mars draft head ({FORMAT})")
+        config = HeadConfig.from_fields(fields, f"{where}: metadata `config`")
+        rows = infos["vocab_ids"].shape
+        if len(rows) != 1 or not rows[0] or rows[0] > config.vocab_size:
+            raise UserError(f"{where}: `vocab_ids` has shape {list(rows)}; it lists at most `vocab_size` "
+                            f"({config.vocab_size}) token ids")
+        shapes = config.tensor_shapes(rows[0])
+        fields_sizes = {"intermediate_size": config.intermediate_size, "hidden_size": config.hidden_size}
+        validate.check_size(shapes, fields_sizes, where, max_parameters or validate.parameter_limit(None))
+        validate.compare_shapes(infos, shapes, where, f"a mars draft head ({FORMAT})")
+        validate.check_dtypes(infos, integer=("vocab_ids",), where=where)
+        if check is not None:
+            check(config)
         try:
             with safe_open(str(path), framework="pt") as handle:
-                metadata = handle.metadata() or {}
                 tensors = {name: handle.get_tensor(name) for name in handle.keys()}
         except (OSError, SafetensorError) as exc:
             raise UserError(f"cannot read draft head {path}: {exc}") from None
-        fields = config_fields(metadata)
-        if fields is None or "vocab_ids" not in tensors:
-            raise UserError(f"{path} is not a mars draft head ({FORMAT})")
-        config = HeadConfig(**fields)
-        head = cls(config, tensors["vocab_ids"])
+        ids = tensors["vocab_ids"].to(torch.long)
+        if int(ids.min()) < 0 or int(ids.max()) >= config.vocab_size:
+            raise UserError(f"{where}: `vocab_ids` lists tokens outside the vocabulary (0..{config.vocab_size - 1})")
+        head = cls(config, ids)
         head.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()})
         return head.to(device=device, dtype=dtype).eval()

@@ -16,6 +16,7 @@ output row).
 from __future__ import annotations
 
 import math
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -251,11 +252,15 @@ class PairHead(nn.Module, ABC):
     # ------------------------------------------------------------------ files
     def _save_weights(self, path: Path, metadata: dict[str, str], head: Path | None = None) -> None:
         """The state dict as safetensors, floating tensors in fp16 (how heads ship), written to
-        `<name>.tmp` then renamed: a killed run never leaves half a file under the real name.
-        Weights that are NaN or infinite (in fp16: also beyond 65504) are refused before anything
-        is written (`head`, the head's name in the message: `path` unless given): such a head
-        would only make every draft NaN, and would replace a good one under the same name."""
+        `<name>.tmp` then renamed: a killed run never leaves half a file under the real name. It
+        gets the mode config.json gets (the old file's, else 0666 less the umask), so a head's two
+        files are readable by the same people. Weights that are NaN or infinite (in fp16: also
+        beyond 65504) are refused before anything is written (`head`, the head's name in the
+        message: `path` unless given): such a head would only make every draft NaN, and would
+        replace a good one under the same name."""
         from safetensors.torch import save_file
+
+        from ..paths import default_mode
 
         tensors = {name: (t.to(torch.float16) if t.is_floating_point() else t).contiguous().cpu()
                    for name, t in self.state_dict().items()}
@@ -267,4 +272,5 @@ class PairHead(nn.Module, ABC):
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".tmp")
         save_file(tensors, str(temporary), metadata=metadata)
+        os.chmod(temporary, default_mode(path))
         temporary.replace(path)
