@@ -130,32 +130,27 @@ def positive_number(data: dict, name: str, where: str, default: float) -> float:
     return float(value)
 
 
-def boolean(data: dict, name: str, where: str, default: bool) -> bool:
+def _optional(data: dict, name: str, where: str, kind: type, default: object, what: str) -> object:
+    """data[name] when it is a `kind` (`default` when absent or null), else one line."""
     value = data.get(name)
     if value is None:
         return default
-    if not isinstance(value, bool):
-        raise UserError(f"{where}: `{name}` must be true or false, got {value!r:.60}")
+    if not isinstance(value, kind):
+        raise UserError(f"{where}: `{name}` must be {what}, got {value!r:.60}")
     return value
+
+
+def boolean(data: dict, name: str, where: str, default: bool) -> bool:
+    return _optional(data, name, where, bool, default, "true or false")  # type: ignore[return-value]
 
 
 def optional_dict(data: dict, name: str, where: str) -> dict:
     """data[name] as a JSON object ({} when absent or null)."""
-    value = data.get(name)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise UserError(f"{where}: `{name}` must be a JSON object, got {type(value).__name__}")
-    return value
+    return _optional(data, name, where, dict, {}, "a JSON object")  # type: ignore[return-value]
 
 
 def optional_str(data: dict, name: str, where: str) -> str:
-    value = data.get(name)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise UserError(f"{where}: `{name}` must be a string, got {type(value).__name__}")
-    return value
+    return _optional(data, name, where, str, "", "a string")  # type: ignore[return-value]
 
 
 def known_rope_types() -> list[str]:
