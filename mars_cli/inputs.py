@@ -40,21 +40,38 @@ def check_file(path: Path, what: str, limit: int, missing: str | None = None) ->
         raise UserError(f"{what} {path} is too large ({info.st_size:,} bytes; the limit is {_size(limit)})")
 
 
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words ("a FIFO", "a directory", ...)."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def read_at_most(path: Path, limit: int) -> tuple[bytes, int]:
+    """(up to `limit` + 1 bytes of `path`, the opened file's mode; nothing read unless it is a
+    regular file). Opened non-blocking and checked on the descriptor: a file swapped for a FIFO
+    after a caller's check cannot hang the read. OSError as the system raises it."""
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+        mode = os.fstat(handle.fileno()).st_mode
+        return (handle.read(limit + 1) if stat.S_ISREG(mode) else b""), mode
+
+
 def read_bytes(path: Path, what: str, limit: int, missing: str | None = None) -> bytes:
     """The whole file, or a UserError naming `what` and the problem (see `check_file`)."""
     path = Path(path)
     check_file(path, what, limit, missing)
-    try:  # non-blocking open, checked again: a FIFO swapped in after the check must not hang us
-        handle = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+    try:
+        data, mode = read_at_most(path, limit)
     except OSError as exc:
         raise UserError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    with handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise UserError(f"{what} {path} is not a regular file")
-        try:
-            data = handle.read(limit + 1)
-        except OSError as exc:
-            raise UserError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{what} {path} is not a regular file")
     if len(data) > limit:  # it grew after the check
         raise UserError(f"{what} {path} is too large (over {_size(limit)})")
     return data

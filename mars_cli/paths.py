@@ -89,8 +89,7 @@ def check_can_create(directory: Path, what: Path) -> None:
     from .errors import UserError
 
     try:
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".mars-probe-"):
-            pass
+        tempfile.NamedTemporaryFile(dir=directory, prefix=".mars-probe-").close()  # created, then removed
     except FileNotFoundError:
         raise UserError(f"cannot write {what}: {directory} does not accept new files") from None
     except OSError as exc:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import UserError
+from ..inputs import file_kind, read_at_most
 
 MAX_CONFIG_BYTES = 1 << 20  # a head's config.json is a few KiB; more is not a config
 # the most a head may declare, in parameters, whatever the target: 4e9 (16 GB in float32)
@@ -39,18 +40,6 @@ def first_line(error: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- files
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
-
-
 def regular_file(path: Path) -> bool:
     """True for a regular file (through symlinks), False when nothing is there; anything else
     (a FIFO, a directory, a device) is refused before it is opened: reading a FIFO blocks forever."""
@@ -61,24 +50,20 @@ def regular_file(path: Path) -> bool:
     except OSError as error:
         raise UserError(f"cannot read {path}: {error.strerror or error}") from None
     if not stat.S_ISREG(mode):
-        raise UserError(f"{path} is {_kind(mode)}, not a regular file")
+        raise UserError(f"{path} is {file_kind(mode)}, not a regular file")
     return True
 
 
 def read_small_file(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes. Opened non-blocking and checked again
-    on the open descriptor, so a file swapped for a FIFO after the check cannot hang the read."""
+    """The bytes of a regular file of at most `limit` bytes (see `inputs.read_at_most`)."""
     if not regular_file(path):
         raise FileNotFoundError(path)
     try:
-        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        data, mode = read_at_most(path, limit)
     except OSError as error:
         raise UserError(f"cannot read {path}: {error.strerror or error}") from None
-    with os.fdopen(handle, "rb") as stream:
-        info = os.fstat(stream.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"{path} is {_kind(info.st_mode)}, not a regular file")
-        data = stream.read(limit + 1)
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{path} is {file_kind(mode)}, not a regular file")
     if len(data) > limit:
         raise UserError(f"{path} is larger than {limit // 1024} KiB: not a head's config")
     return data
@@ -273,15 +258,13 @@ def available_memory() -> int | None:
     """Bytes of memory available now (MemAvailable), None where it cannot be read."""
     try:
         with open("/proc/meminfo", encoding="ascii") as stream:
-            for line in stream:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return None
+            fields = dict(line.split(":", 1) for line in stream if ":" in line)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, ValueError, IndexError, KeyError):  # no /proc: what sysconf says, if anything
+        try:
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            return None
 
 
 def parameter_limit(target_parameters: int | None) -> int:
