@@ -79,7 +79,9 @@ def test_first_use_is_bounded_and_later_uses_measure_the_rest(clock):
     curve = cost.curve_for(scorer, cost.DEFAULT_WIDTHS, budget=Budget(10.0))
     assert clock.now <= 10.0 + 1.0
     assert len(scorer.forwards) <= 10 and scorer.forwards[0] == 1
-    assert 1 in curve.ms_by_width and set(curve.ms_by_width) < set(cost.DEFAULT_WIDTHS)
+    measured = set(curve.ms_by_width)
+    assert 1 in measured and measured <= set(scorer.forwards) and len(measured) < len(cost.DEFAULT_WIDTHS)
+    assert all(curve.ms_by_width[width] == pytest.approx(1000.0) for width in measured)  # 1 s each
     assert cost.load_cached(curve.key).ms_by_width == curve.ms_by_width  # what was measured is kept
 
     again = FakeScorer(clock)
@@ -205,19 +207,36 @@ def _unwritable(kind: str, cache) -> None:
         costs.chmod(0o500)
 
 
+def _refuse_writes_as_root(costs, monkeypatch) -> None:
+    """Root writes into a 0500 directory: make it immutable instead (EPERM for root too), or,
+    where chattr is missing, have the cache's temporary file refused as the kernel would."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        return
+    if subprocess.run(["chattr", "+i", str(costs)], capture_output=True).returncode != 0:
+        def refuse(*args, **kwargs):
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr("mars_cli.paths.tempfile.mkstemp", refuse)
+
+
 @pytest.mark.parametrize("kind", ["entry-directory", "costs-file", "read-only-costs"])
-def test_an_unwritable_cache_decodes_uncached_with_one_note(clock, tmp_path, capsys, kind):
-    if kind == "read-only-costs" and os.geteuid() == 0:
-        pytest.skip("root writes into a 0500 directory (the plain-file case covers it)")
+def test_an_unwritable_cache_decodes_uncached_with_one_note(clock, tmp_path, capsys, kind, monkeypatch):
     _unwritable(kind, tmp_path / "cache")
+    if kind == "read-only-costs":
+        _refuse_writes_as_root(tmp_path / "cache" / "costs", monkeypatch)
     scorer = FakeScorer(clock)
     curve = cost.curve_for(scorer, (1, 9), budget=Budget(100.0))
     curve = cost.curve_for(scorer, range(1, 10), known=curve, budget=Budget(100.0))  # the chain's widths
     assert set(curve.ms_by_width) == set(range(1, 10))
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "cannot cache the cost curve" in lines[0] and "decoding without" in lines[0]
-    if kind == "read-only-costs":
-        (tmp_path / "cache" / "costs").chmod(0o700)  # let pytest clean up
+    if kind == "read-only-costs":  # let pytest clean up
+        import subprocess
+
+        subprocess.run(["chattr", "-i", str(tmp_path / "cache" / "costs")], capture_output=True)
+        (tmp_path / "cache" / "costs").chmod(0o700)
 
 
 @pytest.mark.parametrize("kind", ["entry-directory", "costs-file"])
