@@ -74,8 +74,7 @@ class Session:
         feature_layers = () if head is None else head.feature_layers_for(self.target.model)
         self.scorer = TargetScorer(self.target, feature_layers, static_cache=compiled, compile=compiled,
                                    headroom=options.max_new_tokens + widest + 2, fallback=options.model.compile == "auto")
-        self.tree = CHAIN if kind == "none" else self._tree_shape()
-        self.drafter = self._build_drafter(kind, head, self.tree)
+        self.drafter = self._build_drafter(kind, head, CHAIN if kind == "none" else self._tree_shape())
         if kind == "ngram" and isinstance(drafting.draft_topk, int) and drafting.draft_topk > 1:
             note("n-gram lookup has no distribution to branch on: its tree's branches are the continuations of "
                  "earlier matches, as many as it finds", once=True)
@@ -127,6 +126,11 @@ class Session:
             return HeadDrafter(head, self.target, sampling.params, make_generator(self.target.output_device, seed),
                                drafting.head_confidence, compile=self._compiled, shape=shape)
         return ModelDrafter(self.draft_model, sampling.params, make_generator(self.draft_model.device, seed), shape)
+
+    @property
+    def tree(self) -> TreeShape:
+        """The drafter's shape (`CHAIN` for a chain or no drafting)."""
+        return self.drafter.shape
 
     # ------------------------------------------------------------------ prompts
     def encode(self, prompt: str) -> list[int]:
