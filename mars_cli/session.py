@@ -103,7 +103,7 @@ class Session:
         head, the head loaded and checked; a draft model is loaded (or shared) and checked here."""
         spec = self.options.drafting.draft
         if spec == "auto":  # the target's draft head when it has one, prompt lookup otherwise
-            found = find_head(self.target)
+            found = find_head(self.target.fingerprint)
             spec = "ngram" if found is None else f"head:{found}"
         if spec in ("none", "ngram"):
             return spec, None

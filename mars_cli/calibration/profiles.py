@@ -278,17 +278,24 @@ def resolve_threshold(options: DecodingOptions, target: LoadedModel) -> Resolved
     if profile is None:
         return ResolvedThreshold(DEFAULT_THRESHOLD, "default")
     temperature = options.sampling.temperature
-    choice = profile.mode_for(temperature)  # greedy (T = 0) or sampled thresholds, as decoding visits them
+    theta = threshold_at_temperature(raw_threshold(profile, verification.margin, temperature), verification.margin,
+                                     temperature)
+    return ResolvedThreshold(theta, str(profile.path))
+
+
+def raw_threshold(profile: Profile, measure: str, temperature: float) -> float:
+    """The profile's theta for `measure` on the raw-logit scale, from the mode that decoding at
+    `temperature` visits (greedy for T = 0, sampled otherwise; the other one, with a note, when
+    the profile has only one); a quality= fit of one measure lends the other its loss bound."""
+    choice = profile.mode_for(temperature)
     if choice.note is not None:
         note(choice.note, once=True)  # never silently; once, though eval builds many sessions
-    measure = verification.margin
     thresholds = choice.block["thresholds"]
-    if measure not in thresholds:  # a quality= fit sweeps one measure; its loss bound covers both
+    if measure not in thresholds:
         bound = (choice.block.get("loss_bound") or {}).get("thresholds") or {}
         if measure not in bound:
             raise UserError(f"profile {profile.path} has no {choice.name} threshold for --margin {measure}")
         note(f"profile {profile.path.name} fitted {choice.name} quality on "
              f"{', '.join(thresholds)} only; --margin {measure} uses its loss bound", once=True)
         thresholds = bound
-    theta = threshold_at_temperature(float(thresholds[measure]), measure, temperature)
-    return ResolvedThreshold(theta, str(profile.path))
+    return float(thresholds[measure])

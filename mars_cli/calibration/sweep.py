@@ -167,7 +167,7 @@ def resolve_drafter(spec: str, target: LoadedModel, note: Callable[[str], None])
         return spec
     from ..head.drafter import find_head
 
-    if find_head(target) is not None:
+    if find_head(target.fingerprint) is not None:
         return "head"
     note(f"{target.spec} has no draft head: the sweep drafts with n-gram lookup (--draft ngram)")
     return "ngram"

@@ -47,15 +47,15 @@ def head_fingerprint(path: Path) -> str | None:
     return None  # neither a head directory nor a .safetensors file
 
 
-def find_head(target: LoadedModel) -> Path | None:
-    """A head trained for this target, matched by fingerprint as profiles are: the user's own
-    heads first, then the shipped ones; in each folder EAGLE-3 directories before single files."""
+def find_head(fingerprint: str) -> Path | None:
+    """A head trained for the target with this fingerprint, matched as profiles are: the user's
+    own heads first, then the shipped ones; in each folder EAGLE-3 directories before single files."""
     for folder in (user_head_dir(), SHIPPED_HEADS):
         if not folder.is_dir():
             continue
         entries = sorted(folder.iterdir(), key=lambda p: (not p.is_dir(), p.name))
         for path in entries:
-            if head_fingerprint(path) == target.fingerprint:
+            if head_fingerprint(path) == fingerprint:
                 return path
     return None
 
@@ -68,7 +68,7 @@ def load_head(spec: str, target: LoadedModel, allow_pickle: bool = False) -> Pai
     if colon and not location.strip():
         raise UserError(f"`{spec}` names no path: pass head:DIR (or head:FILE), or `head` for the head made "
                         "for the target")
-    path = Path(location).expanduser() if location else find_head(target)
+    path = Path(location).expanduser() if location else find_head(target.fingerprint)
     if path is None:
         raise UserError(f"no draft head found for {target.spec}; train one with `mars train-head "
                         f"--target {target.spec}` (or pass --draft head:DIR)")
