@@ -14,7 +14,7 @@ from rich.console import Console
 from . import __version__, calibration
 from .errors import StaticCacheFull, UserError, require
 from .notes import note
-from .flags import DECODING_FLAGS, decoding_flags
+from .flags import DECODING, DECODING_FLAGS, MODEL, SAMPLING, decoding_flags
 from .options import DecodingOptions
 from .render import calibration_table, eval_table, stats_table
 from .session import Session
@@ -429,6 +429,65 @@ def eval_command(
         raise typer.Exit(1)
     if gates.active:
         err.print("gates passed")
+
+
+SERVE_HELP = (
+    "Serve a target with vLLM's OpenAI-compatible server (`vllm serve`), speculative decoding verified by MARS "
+    "with the target's calibrated threshold.\n\n"
+    "Prints each choice on stderr (target directory, speculative config, MARS's thresholds), then becomes "
+    "`vllm serve`. Flags mars does not know (--port, --host, --tensor-parallel-size, --enforce-eager, ...) and "
+    "everything after `--` go to `vllm serve` unchanged, after mars's own. Needs vLLM in this environment "
+    "(`make setup-vllm`); --dry-run does not.")
+
+
+@app.command("serve", help=SERVE_HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@decoding_flags("verification", defaults={"verify": "mars"})
+def serve(
+    ctx: typer.Context,
+    target_arg: Annotated[Optional[str], typer.Argument(
+        metavar="TARGET", show_default=False,
+        help="Target model, as --target: embedded name, repo id, model directory or .gguf file (default "
+             "smollm2-135m). Before any pass-through flag.")] = None,
+    *,
+    target: Annotated[Optional[str], typer.Option(
+        "--target", rich_help_panel=MODEL, show_default=False, help="The target, as TARGET.")] = None,
+    draft: Annotated[str, typer.Option(
+        "--draft", rich_help_panel=DECODING,
+        help="Drafter: 'head' (the target's EAGLE-3 head), 'head:DIR', 'ngram' (prompt lookup), 'none', or a "
+             "draft model spec sharing the target's vocabulary.")] = "head",
+    num_draft: Annotated[int, typer.Option(
+        "--num-draft", rich_help_panel=DECODING, help="Tokens drafted per round (1-16).")] = 3,
+    options: DecodingOptions,  # --verify (default mars), --threshold, --margin, --calibration, --force
+    dtype: Annotated[str, typer.Option(
+        "--dtype", rich_help_panel=MODEL,
+        help="auto (vLLM's choice: float32 weights run in bfloat16 on CPU and recent GPUs), float32 (the exact "
+             "mode), bfloat16 or float16.")] = "auto",
+    max_model_len: Annotated[Optional[int], typer.Option(
+        "--max-model-len", rich_help_panel=MODEL, show_default=False,
+        help="Longest sequence (prompt and output) served; default: the model's context length.")] = None,
+    seed: Annotated[Optional[int], typer.Option(
+        "--seed", rich_help_panel=SAMPLING, show_default=False,
+        help="vLLM's random seed (default: vLLM's, 0).")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Resolve everything, print the `vllm serve` command on stdout and exit.")] = False,
+) -> None:
+    """Serve a target with vLLM's OpenAI-compatible server, drafts verified by MARS (SERVE_HELP has the rest)."""
+    from .serving import engine
+    from .serving.serve import ServeRequest, exec_vllm, plan, split_target
+
+    chosen, passthrough = split_target(target_arg, target, ctx.args)
+    request = ServeRequest(chosen, draft, num_draft, options.verification, dtype, max_model_len, seed, passthrough)
+    request.validate()
+    if not dry_run:
+        engine.require_vllm()  # before the target converts, not after
+    serve_plan = plan(request)
+    for line in serve_plan.choices():
+        note(line)
+    if dry_run:
+        sys.stdout.write(serve_plan.shell() + "\n")
+        return
+    note(f"running: {serve_plan.shell()}")
+    exec_vllm(serve_plan)
 
 
 def _check_writable_file(path: Path) -> None:

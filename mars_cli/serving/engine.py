@@ -6,7 +6,6 @@ vllm` (an in-process `LLM`)."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,7 +79,8 @@ def llm_arguments(spec: EngineSpec, mars: dict[str, Any] | None) -> dict[str, An
     arguments: dict[str, Any] = {
         "model": target, "dtype": spec.dtype, "max_model_len": spec.max_model_len, "seed": spec.seed,
         "speculative_config": speculative_config(spec.draft, target, spec.num_draft),
-        "disable_log_stats": False, **spec.extra,
+        "disable_log_stats": False, "worker_extension_cls": "mars_cli.serving.plugin.MarsWorkerExtension",
+        **spec.extra,
     }
     if arguments["speculative_config"] is not None:
         arguments["per_request_spec_decode_metrics"] = "summary"
@@ -111,11 +111,11 @@ def require_vllm() -> None:
                         ".venv-vllm/bin/mars (or pip install 'mars-cli[vllm]')") from None
 
 
-def in_process_llm(spec: EngineSpec, mars: dict[str, Any] | None):
-    """An `LLM` whose engine runs in this process, so the plugin's counters and rule switch
-    (plugin.counters, plugin.set_thresholds) reach its rejection sampler."""
+def build_llm(spec: EngineSpec, mars: dict[str, Any] | None):
+    """vLLM's `LLM` for this spec. Its engine runs in processes of its own (vLLM's default, and
+    the only way two engines live in one program on vLLM's CPU build); the plugin there is
+    reached through `collective_rpc("mars_counters")` and `collective_rpc("mars_set_thresholds")`."""
     require_vllm()
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
 
     return LLM(**llm_arguments(spec, mars))

@@ -21,11 +21,12 @@ from typing import Any
 
 import torch
 
+from ..errors import UserError
 from . import settings
 from .rejection import Thresholds, mars_rejection_sample
 
 LOG_EVERY_S = 10.0
-_log = logging.getLogger("mars_cli.serving")
+_log = logging.getLogger("vllm.mars")  # under vLLM's logger, so its handlers print it
 _samplers: "weakref.WeakSet[Any]" = weakref.WeakSet()  # this process's rejection samplers
 
 
@@ -72,7 +73,7 @@ def _checking_mars(post_init):
             model = self.model_config.model if self.model_config is not None else ""
             try:
                 extra[settings.KEY] = settings.resolve(given, model, self.speculative_config is not None)
-            except Exception as exc:  # vLLM reports a ValueError from its config as a config error
+            except UserError as exc:  # vLLM reports a ValueError from its config as a config error
                 raise ValueError(f"mars: {exc}") from None
             if extra[settings.KEY] is not given and not (isinstance(given, dict) and given.get(settings.RESOLVED)):
                 _log.info(settings.describe(extra[settings.KEY]))  # once: later copies arrive resolved
@@ -139,7 +140,7 @@ def _rejection_sample(thresholds: Thresholds, draft_token_ids, num_draft_tokens,
 
 # --------------------------------------------------------------------------- in-process control
 def counters() -> dict[str, int]:
-    """MARS's totals in this process (an engine run in-process: VLLM_ENABLE_V1_MULTIPROCESSING=0)."""
+    """MARS's totals in this process (a worker's: other processes ask through MarsWorkerExtension)."""
     return _counters.read()
 
 
@@ -148,9 +149,23 @@ def reset_counters() -> None:
 
 
 def set_thresholds(thresholds: Thresholds | None) -> int:
-    """Switch the verification rule of this process's engines: MARS at `thresholds`, or vLLM's
-    strict rule (None). Lets one in-process engine run strict and several thetas in turn.
+    """Switch the verification rule of this process's samplers: MARS at `thresholds`, or vLLM's
+    strict rule (None). Lets one engine run strict and several thetas in turn.
     Returns how many samplers were switched."""
     for sampler in _samplers:
         sampler.mars = thresholds
     return len(_samplers)
+
+
+class MarsWorkerExtension:
+    """Methods vLLM adds to its workers (`worker_extension_cls`), so a process that drives an
+    engine in other processes reaches the plugin there: `llm.collective_rpc("mars_counters")`."""
+
+    def mars_counters(self) -> dict[str, int]:
+        return counters()
+
+    def mars_reset_counters(self) -> None:
+        reset_counters()
+
+    def mars_set_thresholds(self, resolved: dict | None) -> int:
+        return set_thresholds(None if resolved is None else settings.thresholds(resolved))
