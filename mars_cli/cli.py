@@ -375,12 +375,17 @@ def eval_command(
         "--out", help="Directory for results.json, samples.jsonl, report.md and plots.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run in --out.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as one JSON object.")] = False,
+    engine: Annotated[str, typer.Option(
+        "--engine", help="ours (the mars loop, one sample at a time) or vllm (vLLM with the MARS plugin, batched, "
+                         "chains only; needs `make setup-vllm`).")] = "ours",
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", help="--engine vllm: samples decoded together (ours decodes one at a time).")] = 1,
 ) -> None:
     """Compare decoding methods for speed and quality on benchmark suites; gate CI jobs on it."""
     from .evaluation import report as reporting
     from .evaluation import runner as ev
     from .evaluation.methods import parse_methods, parse_sweep, parse_tree_sweep
-    from .evaluation.results import Gates, build_results, run_signature
+    from .evaluation.results import Gates, build_results, describe_sessions, run_signature
     from .evaluation.suites import load_suites
 
     options.validate()  # --seed too (check_seed)
@@ -396,21 +401,46 @@ def eval_command(
         from .evaluation.execution import sandbox_mode
 
         strict_sandbox = sandbox_mode(weak_sandbox)  # refuses (exit 2) before any model loads
-    log_path = ev.prepare_out_dir(out_dir, resume, run_signature(specs, limit, method_list, repeats, options))
+    require(engine in ("ours", "vllm"), f"--engine {engine}: expected ours or vllm")
+    on_vllm = engine == "vllm"
+    require(on_vllm or batch_size == 1, "--batch-size needs --engine vllm (ours decodes one sample at a time)")
+    if on_vllm:
+        from .serving import evaluation as vllm_eval
+        from .serving.engine import require_vllm
 
-    sessions = ev.build_sessions(options, method_list, options.model.load())
+        require(repeats == 1, "--engine vllm times each batch once: drop --repeats")
+        vllm_eval.check_engine_options(options, batch_size)
+        vllm_eval.check_methods(method_list)
+        require_vllm()
+    signature = run_signature(specs, limit, method_list, repeats, options,
+                              {"name": "vllm", "batch_size": batch_size} if on_vllm else None)
+    log_path = ev.prepare_out_dir(out_dir, resume, signature)
+
+    sessions = None if on_vllm else ev.build_sessions(options, method_list, options.model.load())
     log = ev.SampleLog(log_path)
     total = sum(len(s.samples) for s in suites) * len(method_list)
     interrupted = False
+    engines = None
     try:
+        if on_vllm:  # vLLM compiles its forwards unless told not to: --compile off runs it eagerly
+            engines = vllm_eval.start_engines(method_list, options, enforce_eager=options.model.compile == "off")
         with _progress() as progress:
             task = progress.add_task("evaluating", total=total)
-            ev.evaluate(suites, method_list, sessions, log, repeats, allow_code_execution,
-                        lambda name: progress.update(task, advance=1, description=f"evaluating ({name})"),
-                        strict_sandbox)
+            advance = lambda name: progress.update(task, advance=1, description=f"evaluating ({name})")  # noqa: E731
+            if on_vllm:
+                vllm_eval.evaluate(suites, method_list, options, engines, log, batch_size, allow_code_execution,
+                                   advance, strict_sandbox)
+            else:
+                ev.evaluate(suites, method_list, sessions, log, repeats, allow_code_execution, advance, strict_sandbox)
     except KeyboardInterrupt:
         interrupted = True
-    results, failures = build_results(_reproduce_command("eval"), suites, method_list, sessions, repeats,
+    finally:
+        if engines is not None:
+            described = vllm_eval.describe(engines, method_list, options, batch_size)
+            engines.shutdown()
+    if sessions is not None:
+        described = describe_sessions(method_list, sessions)
+    results, failures = build_results(_reproduce_command("eval"), suites, method_list, described, repeats,
                                       not interrupted, log.records, gates)
     if out_dir is not None:
         reporting.write_all(results, out_dir, with_plots=not interrupted)

@@ -35,7 +35,9 @@ def markdown(results: dict) -> str:
              f"target `{results['config']['target']}`, draft `{results['config']['draft']}` (vanilla: none), "
              f"k = {results['config']['num_draft']}, max {results['config']['max_new_tokens']} new tokens, "
              f"temperature {results['config']['temperature']}, {results['config']['threads']} threads, "
-             f"torch {results['config']['torch_version']}, repeats {results['repeats']}.", "",
+             f"torch {results['config']['torch_version']}, repeats {results['repeats']}"
+             + (f", {results['config']['engine']} batches of {results['config']['batch_size']}"
+                if "engine" in results["config"] else "") + ".", "",
              *[f"- `{name}`: threshold {spec['threshold']:g} ({spec['threshold_source']})"
                for name, spec in results["methods"].items() if "threshold" in spec and "threshold_source" in spec],
              "",

@@ -54,23 +54,34 @@ def check_gates(rows: list[dict], min_speedup: float | None, max_quality_drop: f
 
 
 def run_signature(specs: list[str], limit: int | None, methods: list[Method], repeats: int,
-                  options: DecodingOptions) -> dict:
-    """What makes two runs the same run for --resume: not where they ran (device, device map)."""
-    return {"suites": specs, "limit": limit, "methods": [m.name for m in methods], "repeats": repeats,
-            "options": {k: v for k, v in options.flat().items() if k not in ("device", "device_map")}}
+                  options: DecodingOptions, engine: dict | None = None) -> dict:
+    """What makes two runs the same run for --resume: not where they ran (device, device map).
+    `engine`: another engine's settings (--engine vllm and its batch size); ours adds nothing."""
+    signature = {"suites": specs, "limit": limit, "methods": [m.name for m in methods], "repeats": repeats,
+                 "options": {k: v for k, v in options.flat().items() if k not in ("device", "device_map")}}
+    return signature if engine is None else {**signature, "engine": engine}
 
 
-def build_results(command: str, suites: list[Suite], methods: list[Method], sessions: dict[str, Session],
-                  repeats: int, complete: bool, records: list[dict], gates: Gates) -> tuple[dict, list[str]]:
-    """(the results document, the gate failures). The table's overall scope ("all" across several
-    suites, else the one suite) is what the gates judge."""
+def describe_sessions(methods: list[Method], sessions: dict[str, Session]) -> tuple[dict, dict]:
+    """(config, per-method details) of a run in our own loop: the settings the non-vanilla methods
+    decoded with, and each method's resolved threshold and tree."""
     described = sessions[next((m.name for m in methods if m.name != "vanilla"), "vanilla")]
+    details = {m.name: {**m.changes, **_threshold(sessions[m.name]), **_tree(sessions[m.name])} for m in methods}
+    return described.config(), details
+
+
+def build_results(command: str, suites: list[Suite], methods: list[Method], described: tuple[dict, dict],
+                  repeats: int, complete: bool, records: list[dict], gates: Gates) -> tuple[dict, list[str]]:
+    """(the results document, the gate failures). `described`: (config, per-method details), from
+    describe_sessions or another engine's. The table's overall scope ("all" across several suites,
+    else the one suite) is what the gates judge."""
+    config, details = described
     names = [s.name for s in suites]
     results = {
         "command": command,
         "suites": names,
-        "config": described.config(),  # the drafter and flags the non-vanilla methods used
-        "methods": {m.name: {**m.changes, **_threshold(sessions[m.name]), **_tree(sessions[m.name])} for m in methods},
+        "config": config,  # the drafter and flags the non-vanilla methods used
+        "methods": details,
         "repeats": repeats,
         "complete": complete,
         "table": aggregate(records, methods, names),

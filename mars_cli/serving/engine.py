@@ -1,11 +1,12 @@
 """From `mars` names to vLLM's arguments: the target as a directory vLLM loads (an embedded GGUF
 model is converted once, as `mars generate` does), a drafter as a speculative_config, and MARS
-as additional_config. Used by `mars serve` (arguments for `vllm serve`) and `mars eval --engine
-vllm` (an in-process `LLM`)."""
+as additional_config. Used by `mars serve` (arguments for `vllm serve`, via serve.py) and
+`mars eval --engine vllm` (an `LLM`)."""
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,21 +90,12 @@ def llm_arguments(spec: EngineSpec, mars: dict[str, Any] | None) -> dict[str, An
     return arguments
 
 
-def serve_command(spec: EngineSpec, mars: dict[str, Any] | None, passthrough: list[str]) -> list[str]:
-    """`vllm serve` for this spec: the target, --speculative-config, --additional-config, then
-    every flag the user passed through unchanged (--tensor-parallel-size, --port, ...)."""
-    arguments = llm_arguments(spec, mars)
-    command = ["vllm", "serve", arguments["model"], "--dtype", spec.dtype, "--max-model-len", str(spec.max_model_len),
-               "--seed", str(spec.seed)]
-    if arguments["speculative_config"] is not None:
-        command += ["--speculative-config", json.dumps(arguments["speculative_config"])]
-    if "additional_config" in arguments:
-        command += ["--additional-config", json.dumps(arguments["additional_config"])]
-    return command + passthrough
-
-
 def require_vllm() -> None:
-    """vLLM lives in its own environment (`make setup-vllm`): say so in one line when it is missing."""
+    """vLLM lives in its own environment (`make setup-vllm`): say so in one line when it is missing.
+    Its logs go to stderr, not to the stdout `mars` prints results on (--json), and only its
+    warnings unless VLLM_LOGGING_LEVEL says otherwise."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     try:
         import vllm  # noqa: F401
     except ImportError:

@@ -185,8 +185,9 @@ def _add_turn(record: dict, completion, stops: tuple[str, ...]) -> None:
         record["rounds"] += len(completion.token_ids)
         return
     histogram = list(metrics.histogram)
-    rounds = sum(histogram)
-    record["rounds"] += rounds
+    rounds = sum(histogram)  # verification rounds; steps without a draft (n-gram found none) are not in it
+    emitted_by_rounds = sum((j + 1) * n for j, n in enumerate(histogram))
+    record["rounds"] += rounds + max(0, len(completion.token_ids) - emitted_by_rounds)
     record["drafted"] += metrics.num_draft_tokens
     record["accepted"] += sum(j * n for j, n in enumerate(histogram))
     for j, n in enumerate(histogram):
@@ -220,7 +221,7 @@ def _share(records: list[dict], wall: float, counts: dict[str, int]) -> None:
         record["mean_accepted"] = record["accepted"] / record["rounds"] if record["rounds"] else 0.0
 
 
-def describe(engines: Engines, methods: list[Method], options: DecodingOptions) -> tuple[dict, dict]:
+def describe(engines: Engines, methods: list[Method], options: DecodingOptions, batch_size: int) -> tuple[dict, dict]:
     """(config, per-method details) for the results document, as describe_sessions gives for ours."""
     import torch
     import vllm
@@ -229,7 +230,7 @@ def describe(engines: Engines, methods: list[Method], options: DecodingOptions) 
     spec = engines.spec_of[engines.drafter_of[drafted.name]]
     config = {**options.flat(), "engine": f"vllm {vllm.__version__}", "drafter": spec.draft,
               "num_draft": spec.num_draft, "dtype": spec.dtype, "target_dir": target_directory(spec.target),
-              "torch_version": torch.__version__}
+              "batch_size": batch_size, "torch_version": torch.__version__, "threads": torch.get_num_threads()}
     details = {}
     for method in methods:
         rule = engines.rule_of[method.name]
