@@ -5,7 +5,6 @@ as additional_config. Used by `mars serve` (arguments for `vllm serve`, via serv
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path

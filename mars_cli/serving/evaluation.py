@@ -95,31 +95,31 @@ def _max_model_len(options: DecodingOptions) -> int:
 def evaluate(suites: list[Suite], methods: list[Method], options: DecodingOptions, engines: Engines,
              log: SampleLog, batch_size: int, allow_execution: bool, advance: Callable[[str], None],
              strict_sandbox: bool = True) -> None:
-    """Run everything not yet in the log, batch by batch; methods rotate per batch."""
+    """Run everything not yet in the log, batch by batch (consecutive samples, across suites);
+    methods rotate per batch."""
     done = log.done()
     warmed: set[str] = set()
-    for suite in suites:
-        batches = [suite.samples[i : i + batch_size] for i in range(0, len(suite.samples), batch_size)]
-        for index, batch in enumerate(batches):
-            order = methods[index % len(methods):] + methods[:index % len(methods)]
-            for method in order:
-                todo = [s for s in batch if (suite.name, s.id, method.name) not in done]
-                for _ in range(len(batch) - len(todo)):
-                    advance(method.name)
-                if not todo:
-                    continue
-                llm = engines.by_drafter[engines.drafter_of[method.name]]
-                rule = engines.rule_of[method.name]
-                if method.name not in warmed:  # first calls pay for allocation: keep them out of timings
-                    _generate(llm, rule, [todo[0]], options, max_tokens=4)
-                    warmed.add(method.name)
-                for record in _generate(llm, rule, todo, options):
-                    sample = record.pop("sample")
-                    record.update(suite=suite.name, sample_id=sample.id, method=method.name, rss_mb=rss_mb(),
-                                  task_score=task_score(suite, sample, record["output"], allow_execution,
-                                                        strict_sandbox))
-                    log.append(record)
-                    advance(method.name)
+    pairs = [(suite, sample) for suite in suites for sample in suite.samples]
+    batches = [pairs[i : i + batch_size] for i in range(0, len(pairs), batch_size)]
+    for index, batch in enumerate(batches):
+        order = methods[index % len(methods):] + methods[:index % len(methods)]
+        for method in order:
+            todo = [(suite, s) for suite, s in batch if (suite.name, s.id, method.name) not in done]
+            for _ in range(len(batch) - len(todo)):
+                advance(method.name)
+            if not todo:
+                continue
+            llm = engines.by_drafter[engines.drafter_of[method.name]]
+            rule = engines.rule_of[method.name]
+            if method.name not in warmed:  # first calls pay for allocation: keep them out of timings
+                _generate(llm, rule, [todo[0][1]], options, max_tokens=4)
+                warmed.add(method.name)
+            for (suite, sample), record in zip(todo, _generate(llm, rule, [s for _, s in todo], options)):
+                record.pop("sample")
+                record.update(suite=suite.name, sample_id=sample.id, method=method.name, rss_mb=rss_mb(),
+                              task_score=task_score(suite, sample, record["output"], allow_execution, strict_sandbox))
+                log.append(record)
+                advance(method.name)
 
 
 def _generate(llm, rule: dict | None, samples: list[Sample], options: DecodingOptions,
