@@ -149,3 +149,19 @@ def test_a_trees_drafting_time_belongs_to_the_depth_it_searched():
     chooser.observe(5, 4, 0.012, timed_as=6)
     assert chooser.time_by_k == {6: [0.024, 2]} and chooser.draft_cost_ms(6) == pytest.approx(12.0)
     assert chooser.examined[:5] == [2, 2, 1, 1, 1] and chooser.accepted[:4] == [2, 1, 1, 1]
+
+
+def test_a_drafter_that_is_asked_but_proposes_nothing_stops_being_asked():
+    """A head below its confidence gate returns no draft but spent its time (here 4 ms against a
+    10 ms plain step): those rounds count as a first position lost, so the chooser turns
+    drafting off (probing every PROBE_EVERY-th round) instead of paying the head every round."""
+    chooser = AdaptiveDraftLength(FLAT, max_k=4)
+    assert chooser.choose(4) > 0  # the prior says draft
+    for _ in range(40):
+        chooser.observe(0, 0, 0.004, asked=chooser.choose(4) or 4)
+    assert chooser.examined[0] == 40 and chooser.accepted[0] == 0
+    assert chooser.time_by_k == {1: [pytest.approx(0.16), 40]}
+    choices = [chooser.choose(4) for _ in range(2 * AdaptiveDraftLength.PROBE_EVERY)]
+    assert choices.count(0) == len(choices) - 2  # plain decoding, but for the probes
+    chooser.observe(0, 0, None)  # a round that was not asked teaches nothing
+    assert chooser.examined[0] == 40

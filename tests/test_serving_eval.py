@@ -50,6 +50,7 @@ def test_a_batch_shares_its_wall_by_tokens_and_mars_counts_by_acceptance():
     row = method_row("m", records, {})
     assert row["tokens_per_s"] == pytest.approx(60 / 6.0)
     assert row["relaxed_share"] == pytest.approx(7 / sum(r["accepted"] for r in records))
+    assert row["low_margin_share"] == pytest.approx(9 / 20)
 
 
 @pytest.mark.parametrize("args, says", [

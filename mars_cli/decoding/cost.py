@@ -498,12 +498,18 @@ class AdaptiveDraftLength:
                 return best_draft_length(self.curve, self.acceptance(), cost, top, 1, self.lengths, self.width)
         return best
 
-    def observe(self, drafted: int, accepted: int, draft_s: float | None, timed_as: int | None = None) -> None:
+    def observe(self, drafted: int, accepted: int, draft_s: float | None, timed_as: int | None = None,
+                asked: int = 0) -> None:
         """One round's outcome: `drafted` proposed (a tree's depth), the first `accepted` of them
         stood. `draft_s` None: the round's drafting time says nothing about drafting (the first
         round of a sequence, when a head reads the whole prompt's features). `timed_as`: the
         length the time belongs to, when not `drafted` (a tree searched k levels, whatever depth
-        its best nodes reached)."""
+        its best nodes reached). `asked`: the length the round asked for. A drafter that was asked
+        but proposed nothing (a head below its confidence gate) still spent its time: the round
+        counts as a first position tried and lost, timed as one token, so a drafter that rarely
+        dares stops being asked instead of costing every round for nothing."""
+        if asked and not drafted:
+            drafted, timed_as = 1, timed_as or 1
         for position in range(min(drafted, accepted + 1, self.max_k)):
             self.examined[position] += 1
             if position < accepted:

@@ -112,7 +112,8 @@ def decode(
             drafter.observe_features(features)
         drafter.commit(length + len(accepted))
         if draft_length is not None:  # the first round reads the whole prompt: not a drafting cost
-            draft_length.observe(tree.depth, len(accepted), draft_s if stats.rounds else None, timed_as=tree.searched)
+            draft_length.observe(tree.depth, len(accepted), draft_s if stats.rounds else None, timed_as=tree.searched,
+                                 asked=k)
         clock.lap("rollback")
 
         emitted, reason = _cut_at_eos_or_budget(emitted, eos, budget - produced)

@@ -66,4 +66,14 @@ def method_row(name: str, mine: list[dict], vanilla: dict) -> dict:
         "mean_logprob": sum(r["sum_logprob"] for r in mine) / tokens if tokens else 0.0,
         "peak_rss_mb": max(r["rss_mb"] for r in mine),
         **({"cuda_peak_mb": max(r["cuda_peak_mb"] for r in mine)} if "cuda_peak_mb" in mine[0] else {}),
+        **_low_margin_share(mine),
     }
+
+
+def _low_margin_share(mine: list[dict]) -> dict:
+    """MARS's low-margin share of the positions its rule examined, where the engine counts them
+    (the vLLM plugin does): how often the relaxation could apply at all."""
+    if "examined" not in mine[0]:
+        return {}
+    examined = sum(r["examined"] for r in mine)
+    return {"low_margin_share": sum(r["low_margin"] for r in mine) / examined if examined else 0.0}

@@ -12,7 +12,6 @@ from typing import Any
 
 from ..errors import UserError, require
 
-DRAFTERS = ("none", "ngram", "head", "head:DIR", "a draft model (embedded name, directory or repo id)")
 NGRAM_LOOKUP = (1, 3)  # prompt lookup n-gram sizes (min, max), as `mars generate`'s n-gram drafter
 
 
