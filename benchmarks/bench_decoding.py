@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--num-draft", type=lambda v: v if v == "auto" else int(v), default=4,
                         help="draft length of the main methods: a number or 'auto' (the cost model)")
-    parser.add_argument("--dtype", default="auto", help="the target's dtype (auto: bfloat16 where the CPU computes it)")
+    parser.add_argument("--dtype", default="auto", help="the target's dtype (auto: measured, as `mars --dtype auto`)")
     parser.add_argument("--compare-float32", action="store_true",
                         help="also run plain decoding (ours and transformers') on a float32 copy of the target")
     parser.add_argument("--threads", type=int, default=2)

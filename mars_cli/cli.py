@@ -313,6 +313,10 @@ def profile_command(
     widths: Annotated[bool, typer.Option(
         "--widths", help="Measure the target's forward cost by verification width (1-16) afresh, cache it for "
                          "--num-draft auto, and show the draft length it picks for this run's acceptance.")] = False,
+    dtypes: Annotated[bool, typer.Option(
+        "--dtypes", help="Measure a plain decoding step of the target in each dtype (float32, bfloat16; float16 "
+                         "too on a GPU) and check each one's output against float32's, afresh; cache the choice "
+                         "for --dtype auto and show the table.")] = False,
     options: DecodingOptions,  # the shared flags, from @decoding_flags
 ) -> None:
     """Show where decoding time goes: time split, acceptance, margins, draft-length sweep."""
@@ -327,8 +331,9 @@ def profile_command(
     for path in (plot, trace):
         if path is not None:
             _check_writable_file(path)
-    session = Session(options)
-    report = run_profile(session, prompt or DEFAULT_PROMPT, sweep, bucket, overhead_repeats, trace, widths)
+    require(not (dtypes and options.model.device_map), "--dtypes measures a target on one device: drop --device-map")
+    session = Session(options, options.model.load(measure_dtypes=True) if dtypes else None)
+    report = run_profile(session, prompt or DEFAULT_PROMPT, sweep, bucket, overhead_repeats, trace, widths, dtypes)
     if plot is not None:
         plot_report(report, plot)
         report["plot"] = str(plot)

@@ -85,8 +85,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     _flag("device", str, "auto", "--device", rich_help_panel=MODEL,
           help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."),
     _flag("dtype", str, "auto", "--dtype", rich_help_panel=MODEL,
-          help="auto (bfloat16 on CUDA and on CPUs that compute it natively, else float32), float32 (the "
-               "exact mode), bfloat16 or float16."),
+          help="auto (the dtype whose plain decoding steps run fastest here among those whose output passes a check "
+               "against float32's: measured once per model, device and torch, cached), float32 (the exact mode), "
+               "bfloat16 or float16."),
     _flag("compile", str, "auto", "--compile", rich_help_panel=MODEL,
           help="Static KV cache with compiled target forwards (CUDA graphs on CUDA): 'on', 'off', or 'auto' (on "
                "for CUDA where torch can compile; off on CPU, where the compile time is not won back)."),

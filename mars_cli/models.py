@@ -29,6 +29,8 @@ from .notes import note, warn
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
+    from .dtype_choice import DtypeChoice
+
 CACHE_FORMAT = 1  # bump when the layout of a converted entry changes
 
 
@@ -92,14 +94,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def cpu_computes_bfloat16() -> bool:
     """Whether this CPU has native bfloat16 arithmetic: AVX512-BF16 or AMX tiles on x86 (as torch
     reports them), BF16 on Arm (as oneDNN reports it). Elsewhere bfloat16 is converted in software,
     which may be slower or faster than float32 (it halves the memory read: on this project's AVX2
-    CPU plain decoding ran 1.45x faster in bfloat16)."""
+    CPU plain decoding ran 1.45x faster in bfloat16). `--dtype auto` does not read it: it measures
+    (dtype_choice.py); head training's `--bfloat16 auto` does."""
     import platform
 
     for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
@@ -111,19 +114,24 @@ def cpu_computes_bfloat16() -> bool:
     return False
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """`auto`: bfloat16 on CUDA, and on a CPU that computes it natively (measured there: 1.47x
-    faster plain decoding and verification widths up to 8 at the cost of one; docs/method.md says
-    what stays exact); float32 on other CPUs; float16 on MPS. `--dtype float32` is the exact mode."""
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype | None:
+    """An explicit `--dtype`'s torch dtype; None for `auto`, which is measured once the model is
+    loaded: the dtype whose plain decoding steps run fastest on this machine among those whose
+    output is usable (dtype_choice.py; cached). `--dtype float32` is the exact mode; an explicit
+    dtype is never measured."""
     if name == "auto":
-        if device.type == "cpu":
-            return torch.bfloat16 if cpu_computes_bfloat16() else torch.float32
-        return {"cuda": torch.bfloat16, "mps": torch.float16}.get(device.type, torch.float32)
-    require(name in _DTYPES, f"--dtype {name}: expected auto, float32, bfloat16 or float16")
+        return None
+    require(name in DTYPES, f"--dtype {name}: expected auto, float32, bfloat16 or float16")
     if name == "bfloat16" and device.type == "cpu" and not cpu_computes_bfloat16():
         note("this CPU has no native bfloat16 instructions: --dtype bfloat16 may be slower or faster than float32 "
-             "here (`mars profile --widths` measures each dtype's forward cost)", once=True)
-    return _DTYPES[name]
+             "here (`mars profile --dtypes` measures both; --dtype auto chooses by that measurement)", once=True)
+    return DTYPES[name]
+
+
+def unmeasured_auto_dtype(device: torch.device) -> torch.dtype:
+    """`--dtype auto` with `--device-map`: a model spread over devices may not fit them in float32,
+    which measuring starts from, so it loads in bfloat16 on CUDA (float32 elsewhere), unmeasured."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
 # --------------------------------------------------------------------------- GGUF cache
@@ -332,6 +340,7 @@ class LoadedModel:
     device: torch.device  # where inputs go (the input embeddings' device)
     dtype: torch.dtype
     _fingerprint: str | None = None
+    dtype_choice: "DtypeChoice | None" = None  # `--dtype auto`'s measurement (or the cached one)
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -545,17 +554,31 @@ def check_weight_format(directory: Path, allow_pickle: bool) -> None:
 def load_model(
     spec: str,
     device: str = "auto",
-    dtype: str = "auto",
+    dtype: str | torch.dtype = "auto",
     device_map: str | None = None,
     trust_remote_code: bool = False,
     allow_pickle: bool = False,
+    measure_dtypes: bool = False,
 ) -> LoadedModel:
-    """Load a spec onto a device (or across devices with `device_map="auto"`)."""
+    """Load a spec onto a device (or across devices with `device_map="auto"`).
+
+    `dtype`: a `--dtype` value, or a torch dtype (a draft model in its target's: no note, no
+    check). `auto` loads in float32, measures (or reads the cached measurement: dtype_choice.py)
+    and converts the weights in place to the winner; an explicit float16 on a CPU loads in float32
+    and must pass the usability check first. `measure_dtypes` (`mars profile --dtypes`) measures
+    afresh whatever `dtype` says, and attaches the measurement (`LoadedModel.dtype_choice`)."""
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
+    wanted = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, torch_device)
+    require(not (measure_dtypes and device_map), "--dtypes measures a target on one device: drop --device-map")
+    measuring = measure_dtypes or (wanted is None and device_map is None)
+    half_on_cpu = wanted is torch.float16 and torch_device.type == "cpu" and not isinstance(dtype, torch.dtype)
+    if measuring or half_on_cpu:
+        torch_dtype = torch.float32  # the reference: measured or checked, then converted in place
+    else:
+        torch_dtype = wanted if wanted is not None else unmeasured_auto_dtype(torch_device)
     location, gguf_name = resolve_spec(spec)
     if trust_remote_code:
         warn("--trust-remote-code runs Python code shipped with the model")
@@ -591,4 +614,19 @@ def load_model(
         source = spec
     else:
         source = str(location)
-    return LoadedModel(spec, source, model, tokenizer, input_device, torch_dtype)
+    loaded = LoadedModel(spec, source, model, tokenizer, input_device, torch_dtype)
+    final = torch_dtype
+    if measuring or half_on_cpu:
+        from . import dtype_choice
+
+        if measuring:
+            loaded.dtype_choice = dtype_choice.choose(loaded, fresh=measure_dtypes)
+        final = loaded.dtype_choice.dtype if wanted is None else wanted
+        if half_on_cpu:
+            dtype_choice.require_usable(loaded, "float16", "--dtype")
+    if final != torch_dtype:
+        from .dtype_choice import cast_parameters
+
+        cast_parameters(model, final)
+        loaded.dtype = final
+    return loaded

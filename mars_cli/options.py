@@ -19,6 +19,8 @@ from .errors import check_seed, require
 from .models import DEFAULT_TARGET
 
 if TYPE_CHECKING:
+    import torch
+
     from .models import LoadedModel
 
 MAX_NUM_DRAFT = 64
@@ -42,17 +44,22 @@ class ModelOptions:
     allow_pickle: bool = False
     compile: str = "auto"  # static cache + compiled forwards: auto, on or off (decoding/target.py)
 
-    def load(self, spec: str | None = None) -> LoadedModel:
+    def load(self, spec: str | None = None, *, dtype: torch.dtype | None = None,
+             measure_dtypes: bool = False) -> LoadedModel:
         """The target, or with `spec` another model (a draft model) on the same device, dtype and
-        trust settings; only the target is spread over devices by --device-map."""
+        trust settings; only the target is spread over devices by --device-map. `dtype`: load in
+        this one instead of --dtype's (a draft model in the dtype `auto` chose for its target);
+        `measure_dtypes`: `mars profile --dtypes` (models.load_model)."""
         from .models import load_model
 
-        settings = asdict(self)
+        settings: dict = asdict(self)
         settings.pop("target")
         settings.pop("compile")  # how the scorer runs the model, not how it is loaded
         if spec is not None:
             settings["device_map"] = None
-        return load_model(self.target if spec is None else spec, **settings)
+        if dtype is not None:
+            settings["dtype"] = dtype
+        return load_model(self.target if spec is None else spec, measure_dtypes=measure_dtypes, **settings)
 
 
 @dataclass(frozen=True)

@@ -71,8 +71,9 @@ def throughput_by_position(stats: DecodeStats, bucket: int) -> list[dict[str, fl
 
 
 def run_profile(session: Session, prompt: str, sweep: list[int] | None, bucket: int,
-                overhead_repeats: int, trace: Path | None, widths: bool = False) -> dict:
-    """The whole report as one dict (rendered by the CLI, dumped as --json)."""
+                overhead_repeats: int, trace: Path | None, widths: bool = False, dtypes: bool = False) -> dict:
+    """The whole report as one dict (rendered by the CLI, dumped as --json). `dtypes`: the target
+    was loaded with `measure_dtypes` (ModelOptions.load): its dtype measurement is reported."""
     prompt_ids = session.encode(prompt)
     # measured first, while nothing else has warmed the caches unevenly
     curve = cost.curve_for(session.scorer, fresh=True) if widths else None
@@ -98,6 +99,8 @@ def run_profile(session: Session, prompt: str, sweep: list[int] | None, bucket: 
         },
         "by_position": throughput_by_position(main.stats, bucket),
     }
+    if dtypes and session.target.dtype_choice is not None:
+        report["dtypes"] = session.target.dtype_choice.report()
     if curve is not None:
         report["widths"] = _widths_report(curve, main.stats, session.options.drafting.max_draft)
     if sweep:

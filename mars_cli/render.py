@@ -183,6 +183,8 @@ def profile_tables(report: dict) -> list[Table | str]:
             rates = " ".join(f"{rate:.2f}" for rate in widths["acceptance_by_position"])
             tables.append(f"--num-draft auto picks k = {widths['best_num_draft']} for this run's acceptance by "
                           f"position ({rates}) and {widths['draft_ms_per_token']:.1f} ms per drafted token")
+    if report.get("dtypes"):
+        tables.extend(dtype_table(report["dtypes"]))
     if report.get("by_position"):
         growth = Table(title="tokens/s by output position (KV cache growth)", title_justify="left")
         growth.add_column("positions")
@@ -191,6 +193,33 @@ def profile_tables(report: dict) -> list[Table | str]:
             growth.add_row(f"{row['from']}-{row['to']}", f"{row['tokens_per_s']:.2f}")
         tables.append(growth)
     return tables
+
+
+def dtype_table(measured: dict) -> list[Table | str]:
+    """`mars profile --dtypes`: a plain decoding step in each dtype, each one's check, the choice."""
+    key = measured["key"]
+    table = Table(title=f"plain decoding step by dtype ({key['device']}, {key['threads']} threads, torch "
+                        f"{key['torch']}; {measured['steps']} steps a block, median of the blocks)", title_justify="left")
+    for column in ("dtype", "ms per step", "usable", "chosen"):
+        table.add_column(column, justify="right" if column == "ms per step" else "left")
+    for candidate in measured["candidates"]:
+        ms = candidate["ms_per_step"]
+        agreement = candidate["agreement"]
+        if candidate["usable"]:
+            usable = "yes (the reference)" if candidate["dtype"] == "float32" else f"yes (argmax agrees {agreement:.0%})"
+        else:
+            usable = f"no: {candidate['problem']}"
+        table.add_row(candidate["dtype"], "-" if ms is None else f"{ms:.1f}", usable,
+                      "← --dtype auto" if candidate["dtype"] == measured["chosen"] else "")
+    lines: list[Table | str] = [table]
+    if measured.get("exact_kept_over"):
+        lines.append(f"float32 kept, exact: {measured['exact_kept_over']} was faster, but not by "
+                     f"{1 - measured['exact_preference']:.0%}")
+    if measured["unsaved"]:
+        lines.append(f"not cached ({measured['unsaved']}): --dtype auto measures again next time")
+    else:
+        lines.append(f"cached for --dtype auto in {measured['path']}")
+    return lines
 
 
 def eval_table(scope: str, rows: list[dict]) -> Table:

@@ -110,7 +110,9 @@ class Session:
         if spec == "head" or spec.startswith("head:"):
             return "head", load_head(spec, self.target, self.options.model.allow_pickle)
         shared = self.draft_model is not None and self.draft_model.spec == spec
-        draft = self.draft_model if shared else self.options.model.load(spec)
+        # under --dtype auto a draft model takes the dtype measured for its target (not measured itself)
+        same_dtype = self.target.dtype if self.options.model.dtype == "auto" else None
+        draft = self.draft_model if shared else self.options.model.load(spec, dtype=same_dtype)
         check_same_vocabulary(self.target, draft)
         self.draft_model = draft
         return "model", None

@@ -114,6 +114,21 @@ def isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MARS_HEADS", str(tmp_path_factory.getbasetemp() / "user-heads"))
 
 
+@pytest.fixture(autouse=True)
+def exact_auto_dtype(monkeypatch):
+    """`--dtype auto` measures which dtype decodes fastest here (mars_cli/dtype_choice.py): timing
+    noise would change a test's dtype, and so its outputs, from run to run, and the measurement
+    would be cached in the developer's cache. In-process tests get float32 for `auto`, unmeasured
+    and uncached (the exact mode); tests/test_dtype_choice.py overrides this fixture to measure."""
+    from mars_cli import dtype_choice
+
+    def exact(target, *, fresh: bool = False):
+        return dtype_choice.DtypeChoice(dtype_choice.dtype_key(target.fingerprint, target.device), "float32",
+                                        [dtype_choice.Candidate("float32", True, 1.0)], unsaved="a test")
+
+    monkeypatch.setattr(dtype_choice, "choose", exact)
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     from mars_cli.models import load_model

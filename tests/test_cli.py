@@ -124,9 +124,9 @@ def test_help_documents_every_flag(capsys):
         assert flag in out, flag
 
 
-def test_console_script_runs_as_a_real_process(tiny_dir):
+def test_console_script_runs_as_a_real_process(tiny_dir, tmp_path):
     script = Path(sys.executable).with_name("mars")
-    env = dict(os.environ, COLUMNS="120")
+    env = dict(os.environ, COLUMNS="120", MARS_CACHE=str(tmp_path))  # measures --dtype auto: not in the user's cache
     done = subprocess.run([str(script), "generate", "hi", "--target", str(tiny_dir), "-n", "3", "--json",
                            "--device", "cpu"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -151,17 +151,40 @@ def test_a_trees_drafting_time_belongs_to_the_depth_it_searched():
     assert chooser.examined[:5] == [2, 2, 1, 1, 1] and chooser.accepted[:4] == [2, 1, 1, 1]
 
 
-def test_a_drafter_that_is_asked_but_proposes_nothing_stops_being_asked():
-    """A head below its confidence gate returns no draft but spent its time (here 4 ms against a
-    10 ms plain step): those rounds count as a first position lost, so the chooser turns
-    drafting off (probing every PROBE_EVERY-th round) instead of paying the head every round."""
+def test_a_dear_drafter_that_is_asked_but_proposes_nothing_stops_being_asked():
+    """A head below its confidence gate returns no draft but spent its time (4 ms against a 50 ms
+    plain step): such rounds teach how often it proposes and what a miss costs, so the chooser
+    turns drafting off (probing every PROBE_EVERY-th round) instead of paying every round."""
     chooser = AdaptiveDraftLength(FLAT, max_k=4)
     assert chooser.choose(4) > 0  # the prior says draft
     for _ in range(40):
-        chooser.observe(0, 0, 0.004, asked=chooser.choose(4) or 4)
-    assert chooser.examined[0] == 40 and chooser.accepted[0] == 0
-    assert chooser.time_by_k == {1: [pytest.approx(0.16), 40]}
+        chooser.observe(0, 0, 0.004, asked=4)
+    assert (chooser.empty_rounds, chooser.proposed_rounds) == (40, 0) and chooser.miss_ms() == pytest.approx(4.0)
+    assert chooser.examined == [0, 0, 0, 0] and chooser.time_by_k == {}  # no acceptance or drafting time learnt
+    assert chooser.propose_rate() < 0.05
     choices = [chooser.choose(4) for _ in range(2 * AdaptiveDraftLength.PROBE_EVERY)]
     assert choices.count(0) == len(choices) - 2  # plain decoding, but for the probes
     chooser.observe(0, 0, None)  # a round that was not asked teaches nothing
-    assert chooser.examined[0] == 40
+    assert chooser.empty_rounds == 40
+
+
+def test_a_free_drafter_that_often_misses_is_still_asked():
+    """Prompt lookup finds no match in most rounds but costs nothing to ask, and when it matches
+    its drafts stand: asking still pays, so the chooser keeps drafting."""
+    chooser = AdaptiveDraftLength(FLAT, max_k=4)
+    for round_ in range(60):
+        if round_ % 4 == 0:
+            chooser.observe(4, 3, 0.0001, asked=4)
+        else:
+            chooser.observe(0, 0, 0.0, asked=4)
+    assert 0.2 < chooser.propose_rate() < 0.35
+    assert chooser.choose(4) == 4
+
+
+def test_the_miss_model_weighs_proposing_rounds_and_plain_ones():
+    """With p = 0.5, a 4-token draft emitting 3 tokens at width 5 (52.5 ms) and a miss costing
+    plain 50.5 + 10 ms: 2 tokens per 56.5 ms beats plain's 1 per 50.5 ms; at p = 0.05 (1.1 per 60.1) not."""
+    assert best_draft_length(FLAT, [1.0, 1.0, 0.0, 0.0], draft_ms=0.0, max_k=4, min_k=0, lengths=(4,),
+                             propose_rate=0.5, miss_ms=10.0) == 4
+    assert best_draft_length(FLAT, [1.0, 1.0, 0.0, 0.0], draft_ms=0.0, max_k=4, min_k=0, lengths=(4,),
+                             propose_rate=0.05, miss_ms=10.0) == 0

@@ -291,4 +291,4 @@ def test_bfloat16_without_native_instructions_claims_nothing_false(monkeypatch, 
     assert models.resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "slower than float32" not in lines[0] and "emulated" not in lines[0]
-    assert "may be slower or faster than float32" in lines[0] and "mars profile --widths" in lines[0]
+    assert "may be slower or faster than float32" in lines[0] and "mars profile --dtypes" in lines[0]

@@ -20,7 +20,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 import torch
 
@@ -31,6 +31,7 @@ from .tree import CHAIN, DraftTree, TreeShape
 if TYPE_CHECKING:
     from .target import TargetScorer
 
+T = TypeVar("T")
 SCHEMA = 3  # 3: widths 1..17, 25, 33, 49, 65 (draft trees); any subset of them (a first use's)
 DEFAULT_WIDTHS = (*range(1, 18), 25, 33, 49, 65)  # what `mars profile --widths` measures
 # A first use measures only the widths its session reads (curve_for's callers in session.py), and
@@ -131,34 +132,50 @@ def expected_tokens(acceptance: Sequence[float], k: int) -> float:
 
 def best_draft_length(curve: CostCurve, acceptance: Sequence[float], draft_ms: float | Callable[[int], float],
                       max_k: int, min_k: int = 1, lengths: Sequence[int] | None = None,
-                      width: Callable[[int], int] | None = None) -> int:
+                      width: Callable[[int], int] | None = None, propose_rate: float = 1.0,
+                      miss_ms: float = 0.0) -> int:
     """The k in [min_k, max_k] (and in `lengths`, when given) with the most expected tokens per
     millisecond: a round costs one forward of width k + 1 (or `width(k)`: a tree's is fixed) plus
     its drafting, `draft_ms(k)` or k steps of `draft_ms` each. k = 0, plain decoding (one forward
-    of width 1, no drafting), is allowed when min_k is 0."""
+    of width 1, no drafting), is allowed when min_k is 0. A drafter asked for a draft proposes
+    one with probability `propose_rate`; otherwise (an n-gram with no match, a head below its
+    confidence gate) the round is a plain step that also paid `miss_ms` for asking."""
     def drafting(k: int) -> float:
         return draft_ms(k) if callable(draft_ms) else k * draft_ms
 
     def rate(k: int) -> float:
-        fed = 1 if k == 0 else (k + 1 if width is None else width(k))
-        return expected_tokens(acceptance, k) / (curve.cost(fed) + (drafting(k) if k else 0.0))
+        if k == 0:
+            return 1.0 / curve.cost(1)
+        fed = k + 1 if width is None else width(k)
+        p = min(max(propose_rate, 0.0), 1.0)
+        tokens = p * expected_tokens(acceptance, k) + (1 - p)
+        return tokens / (p * (curve.cost(fed) + drafting(k)) + (1 - p) * (curve.cost(1) + miss_ms))
 
     candidates = [k for k in range(min_k, max_k + 1) if lengths is None or k == 0 or k in lengths] or [min_k]
     return max(candidates, key=lambda k: (rate(k), -k))
 
 
 # --------------------------------------------------------------------------- measuring
-def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, compiled: bool,
-              context: int) -> dict:
-    """Everything the cost depends on that can change between runs on one machine."""
+def machine_key(model_fingerprint: str, device: torch.device) -> dict:
+    """What any measurement of a model's speed depends on that can change between runs on one
+    machine: the model, the device (the CPU's or GPU's name), the threads and the torch version.
+    Cost curves (`curve_key`) and dtype choices (mars_cli/dtype_choice.py) add their own."""
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
     return {
         "model": model_fingerprint,
         "device": f"{device.type}:{device_name}",
-        "dtype": str(dtype).replace("torch.", ""),
-        "compiled": compiled,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+    }
+
+
+def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, compiled: bool,
+              context: int) -> dict:
+    """Everything the cost depends on that can change between runs on one machine."""
+    return {
+        **machine_key(model_fingerprint, device),
+        "dtype": str(dtype).replace("torch.", ""),
+        "compiled": compiled,
         "context": context,
     }
 
@@ -173,9 +190,27 @@ def _cpu_name() -> str:
     return names[0] if names else platform.processor() or platform.machine()
 
 
-def cache_path(key: dict) -> Path:
+def cache_path(key: dict, folder: str = "costs") -> Path:
+    """The cache entry for `key`: `<cache>/<folder>/<hash of the key>.json`."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir() / "costs" / f"{digest}.json"
+    return cache_dir() / folder / f"{digest}.json"
+
+
+def read_entry(path: Path, schema: int, key: dict) -> dict | None:
+    """A cached measurement's JSON object when it parses, has this `schema` and was measured for
+    `key`; None when absent, unreadable (a directory, a plain file where a folder belongs),
+    malformed or stale. The caller checks the fields it reads (any exception listed here, raised
+    while it does, means the same)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("schema") != schema or data.get("key") != key:
+            return None
+    except (OSError, ValueError, TypeError, RecursionError):
+        return None
+    return data
+
+
+ENTRY_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)  # a malformed entry's fields
 
 
 def plausible(ms_by_width: dict[int, float]) -> dict[int, float]:
@@ -195,36 +230,47 @@ def plausible(ms_by_width: dict[int, float]) -> dict[int, float]:
 def load_cached(key: dict) -> CostCurve | None:
     """The cached curve for `key` (its plausible widths only), or None when absent, unreadable
     (a directory, a plain file where `costs/` belongs), stale or malformed."""
-    path = cache_path(key)
+    data = read_entry(cache_path(key), SCHEMA, key)
+    if data is None:
+        return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("schema") != SCHEMA or data.get("key") != key:
-            return None
         costs = {int(w): float(ms) for w, ms in data["ms_by_width"].items()}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+    except ENTRY_ERRORS:
         return None
     costs = plausible({w: ms for w, ms in costs.items() if math.isfinite(ms)})
     return CostCurve(key, costs) if costs else None
 
 
-def save(curve: CostCurve) -> Path:
-    """Write the curve to its cache entry; OSError when the cache cannot be written."""
-    path = cache_path(curve.key)
+def write_entry(path: Path, text: str) -> Path:
+    """Write a cache entry atomically; OSError when the cache cannot be written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, curve.to_json())
+    write_atomic(path, text)
     return path
 
 
-def _save_or_note(curve: CostCurve) -> None:
-    """Cache the curve where the cache can be written; elsewhere (an entry that is a directory, a
-    read-only or immutable `costs/`, a plain file in its place) decode with it uncached, and say
-    so once: a cache is an optimisation, never a reason to stop after the measuring is done."""
+def save(curve: CostCurve) -> Path:
+    """Write the curve to its cache entry; OSError when the cache cannot be written."""
+    return write_entry(cache_path(curve.key), curve.to_json())
+
+
+def save_or_note(path: Path, text: str, what: str) -> bool:
+    """Cache a measurement where the cache can be written; elsewhere (an entry that is a
+    directory, a read-only or immutable folder, a plain file in its place) go on without it, and
+    say so once: a cache is an optimisation, never a reason to stop after the measuring is done.
+    Returns whether it was written."""
     try:
-        save(curve)
+        write_entry(path, text)
+        return True
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        notes.note(f"cannot cache the cost curve at {cache_path(curve.key)} ({reason}); decoding without "
-                   "caching it (the next run measures it again)", once=True)
+        notes.note(f"cannot cache the {what} at {path} ({reason}); decoding without caching it (the next run "
+                   "measures it again)", once=True)
+        return False
+
+
+def _save_or_note(curve: CostCurve) -> None:
+    """Cache the curve where the cache can be written (`save_or_note`)."""
+    save_or_note(cache_path(curve.key), curve.to_json(), "cost curve")
 
 
 def _now() -> float:
@@ -232,38 +278,46 @@ def _now() -> float:
     return time.perf_counter()
 
 
-def time_widths(run_width: Callable[[int], None], widths: Sequence[int], repeats: int,
-                synchronize: Callable[[], None] = lambda: None, deadline: float | None = None) -> dict[int, float]:
-    """Median milliseconds of `run_width(w)` for each width: each width warmed up once just before
-    its first timing, then widths interleaved within each further repeat (drift on a shared
-    machine then spreads over all widths alike). With a `deadline` (on `_now()`), stop once it
-    has passed and keep what was timed: the first width is always timed (once, unwarmed, when
-    the deadline has passed already), widths not reached are left out (a later use measures
-    them), and the widths reached keep the repeats they got."""
-    samples: dict[int, list[float]] = {}
+def time_interleaved(run: Callable[[T], None], items: Sequence[T], repeats: int,
+                     synchronize: Callable[[], None] = lambda: None, deadline: float | None = None) -> dict[T, list[float]]:
+    """Milliseconds of each call `run(item)`, `repeats` of them per item: each item warmed up once
+    just before its first timing, then items interleaved within each further repeat (A B A B:
+    drift on a shared machine then spreads over all items alike). With a `deadline` (on
+    `_now()`), stop once it has passed and keep what was timed: the first item is always timed
+    (once, unwarmed, when the deadline has passed already), items not reached are left out, and
+    the items reached keep the repeats they got."""
+    samples: dict[T, list[float]] = {}
 
-    def timed(width: int) -> None:
+    def timed(item: T) -> None:
         synchronize()
         start = _now()
-        run_width(width)
+        run(item)
         synchronize()
-        samples.setdefault(width, []).append((_now() - start) * 1000)
+        samples.setdefault(item, []).append((_now() - start) * 1000)
 
     def out_of_time() -> bool:
         return deadline is not None and bool(samples) and _now() >= deadline
 
-    for width in widths:
+    for item in items:
         if out_of_time():
             break
         if deadline is None or _now() < deadline:  # (a prefill that spent the budget warmed up the first)
-            run_width(width)  # warm-up: a width's first forward pays for allocation
-        timed(width)
+            run(item)  # warm-up: an item's first call pays for allocation
+        timed(item)
     reached = list(samples)
     for _ in range(repeats - 1):
-        for width in reached:
+        for item in reached:
             if out_of_time():
                 break
-            timed(width)
+            timed(item)
+    return samples
+
+
+def time_widths(run_width: Callable[[int], None], widths: Sequence[int], repeats: int,
+                synchronize: Callable[[], None] = lambda: None, deadline: float | None = None) -> dict[int, float]:
+    """Median milliseconds of `run_width(w)` for each width, timed by `time_interleaved` (widths
+    not reached by the `deadline` are left out: a later use measures them)."""
+    samples = time_interleaved(run_width, widths, repeats, synchronize, deadline)
     return {w: statistics.median(values) for w, values in samples.items()}
 
 
@@ -307,10 +361,10 @@ def default_curve(key: dict, plain_ms: float) -> CostCurve:
     return CostCurve(key, {w: plain_ms * (1 + 0.1 * (w - 1)) for w in range(1, MAX_TREE_TOKENS + 2)})
 
 
-class _CurveLock:
-    """An exclusive flock on `<entry>.lock` beside the cache entry, so that one process at a time
-    measures a curve (two measuring at once each time the other's load, and both would cache
-    it), polled until `wait_s` has passed. Kept after use (unlinking a lock file races with its
+class EntryLock:
+    """An exclusive flock on `<entry>.lock` beside a cache entry, so that one process at a time
+    measures it (two measuring at once each time the other's load, and both would cache it: a
+    cost curve, a dtype choice), polled until `wait_s` has passed. Kept after use (unlinking a lock file races with its
     next user); the kernel drops it when its holder dies. Where no lock file can be made (no
     fcntl, an unwritable cache) there is nothing to share either: `acquired` is then True."""
 
@@ -320,7 +374,7 @@ class _CurveLock:
         self.handle = None
         self.acquired = False
 
-    def __enter__(self) -> "_CurveLock":
+    def __enter__(self) -> "EntryLock":
         try:
             import fcntl
         except ImportError:  # pragma: no cover - not on POSIX
@@ -386,7 +440,7 @@ def curve_for(scorer: "TargetScorer", widths: Sequence[int] | None = None, *, fr
             return CostCurve(key, have)
     waiting = (lambda: note(f"another mars process is measuring this cost curve; waiting for it "
                             f"(at most {LOCK_WAIT_S:.0f} s)")) if note is not None else None
-    with _CurveLock(cache_path(key), LOCK_WAIT_S, waiting) as lock:
+    with EntryLock(cache_path(key), LOCK_WAIT_S, waiting) as lock:
         if not lock.acquired:
             if not fresh:
                 return _stand_in(scorer, key, have)
@@ -451,6 +505,9 @@ class AdaptiveDraftLength:
         self.accepted = [0] * max_k  # ... and accepted
         self.time_by_k: dict[int, list[float]] = {}  # k -> [seconds drafting, rounds]
         self.rounds_without_draft = 0
+        self.proposed_rounds = 0  # rounds asked for a draft that got one
+        self.empty_rounds = 0  # ... that got none
+        self.empty_s: list[float] = []  # what asking cost in those (timed ones)
 
     @property
     def drafted(self) -> int:
@@ -485,17 +542,27 @@ class AdaptiveDraftLength:
         fixed = max(0.0, mean_t - per_token * mean_k)
         return 1000 * (fixed + per_token * k)
 
+    def propose_rate(self) -> float:
+        """P(the drafter proposes something | asked), smoothed towards proposing."""
+        asked = self.proposed_rounds + self.empty_rounds
+        return (self.proposed_rounds + self.PRIOR_WEIGHT) / (asked + self.PRIOR_WEIGHT)
+
+    def miss_ms(self) -> float:
+        """What asking cost in a round that got no draft (median of those timed)."""
+        return 1000 * statistics.median(self.empty_s) if self.empty_s else 0.0
+
     def choose(self, room: int) -> int:
         """The draft length for the next round, at most `room` (0: plain decoding this round)."""
         if room < 1:
             return 0
         top = min(room, self.max_k)
-        cost = self.draft_cost_ms
-        best = best_draft_length(self.curve, self.acceptance(), cost, top, 0, self.lengths, self.width)
+        model = dict(draft_ms=self.draft_cost_ms, max_k=top, lengths=self.lengths, width=self.width,
+                     propose_rate=self.propose_rate(), miss_ms=self.miss_ms())
+        best = best_draft_length(self.curve, self.acceptance(), min_k=0, **model)
         if best == 0:
             self.rounds_without_draft += 1
             if self.rounds_without_draft % self.PROBE_EVERY == 0:  # probe: keep measuring the drafter
-                return best_draft_length(self.curve, self.acceptance(), cost, top, 1, self.lengths, self.width)
+                return best_draft_length(self.curve, self.acceptance(), min_k=1, **model)
         return best
 
     def observe(self, drafted: int, accepted: int, draft_s: float | None, timed_as: int | None = None,
@@ -505,11 +572,17 @@ class AdaptiveDraftLength:
         round of a sequence, when a head reads the whole prompt's features). `timed_as`: the
         length the time belongs to, when not `drafted` (a tree searched k levels, whatever depth
         its best nodes reached). `asked`: the length the round asked for. A drafter that was asked
-        but proposed nothing (a head below its confidence gate) still spent its time: the round
-        counts as a first position tried and lost, timed as one token, so a drafter that rarely
-        dares stops being asked instead of costing every round for nothing."""
-        if asked and not drafted:
-            drafted, timed_as = 1, timed_as or 1
+        but proposed nothing (an n-gram without a match, a head below its confidence gate) made
+        the round a plain step that also paid for asking: such rounds teach how often it proposes
+        and what a miss costs (`propose_rate`, `miss_ms`), so a dear drafter that rarely dares
+        stops being asked, while a free one that often misses (n-gram) keeps being asked."""
+        if asked and not drafted:  # asked, proposed nothing: how often, and what asking cost
+            self.empty_rounds += 1
+            if draft_s is not None:
+                self.empty_s.append(draft_s)
+            return
+        if drafted:
+            self.proposed_rounds += 1
         for position in range(min(drafted, accepted + 1, self.max_k)):
             self.examined[position] += 1
             if position < accepted:

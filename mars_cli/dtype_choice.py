@@ -1,0 +1,431 @@
+"""`--dtype auto`: the dtype whose plain decoding steps run fastest on this machine, measured, never
+read off a CPU flag.
+
+Which dtype decodes fastest depends on the machine more than on its instruction set: these small
+models are bound by the bytes of weights read per step, which bfloat16 halves whether or not the
+CPU computes it natively (on an AVX2-only CPU plain bfloat16 ran 1.45x faster than float32, on a
+quiet machine; with a second heavy job on its two cores, the order flipped). So on first use per
+model, device and torch version (`dtype_key`), the target, loaded in float32, is timed in each
+candidate (float32 and bfloat16; float16 too on a GPU): a short prompt prefilled, then single-token
+cached forwards through the decoding loop's own scorer, dtypes interleaved A B A B with repeats,
+median per step (`time_steps`). The fastest usable one wins, and the choice and its measurement are
+cached as JSON under `<cache>/dtypes/`, like the cost curves (decoding/cost.py, whose helpers this
+uses). A float32 model is then converted in place (`cast_parameters`): loaded once.
+
+Usable (`check_usable`): on the first CHECK_PROMPTS calibration prompts, a candidate's next-token
+logits at every position are finite and their argmax agrees with float32's at MIN_AGREEMENT of the
+positions or more. An explicit `--dtype float16` on a CPU takes the same check (models.py).
+
+Never cached (used for this run only, measured again next time): a measurement started while the
+load average exceeded the usable cores plus LOAD_HEADROOM, one whose steps varied more than
+MAX_SPREAD times between repeats, one cut short by its budget, and one taken while another process
+held the entry's lock too long. A cached entry that does not parse, names an unknown dtype, lacks a
+field or holds a time no step could take is measured again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from . import notes
+from .decoding import cost
+from .models import DTYPES, LoadedModel
+
+SCHEMA = 1
+FOLDER = "dtypes"  # <cache>/dtypes/<hash of the key>.json
+EXACT = "float32"  # the reference every candidate is checked against; `--dtype float32` is the exact mode
+# The check: a lower precision flips the argmax only where float32's top two logits nearly tie (on
+# smollm2-135m, bfloat16 agreed with float32 at 92-100% of positions per calibration prompt, 95% over
+# the first three); a dtype whose arithmetic breaks (overflow to inf, NaN, underflow) agrees at few.
+# A working dtype refused costs speed only (float32 is chosen, exact): the threshold errs that way.
+MIN_AGREEMENT = 0.90
+CHECK_PROMPTS = 3  # the first calibration prompts (mars_cli/data/calibration_prompts.jsonl)
+CHECK_TOKENS = 64  # each truncated to this many tokens
+CALIBRATION_PROMPTS = Path(__file__).parent / "data" / "calibration_prompts.jsonl"
+PROMPT_TOKENS = 16  # prefilled before the timed steps
+STEPS = 8  # single-token cached forwards per timed block (ms per step: the block's time / STEPS)
+REPEATS = 3  # timed blocks per dtype, interleaved across dtypes; the median counts
+MAX_SPREAD = 2.0  # a dtype's slowest block over its fastest beyond this: the machine is not steady
+LOAD_HEADROOM = 0.5  # load average above usable cores + this before measuring: the machine is busy
+# A lower precision is chosen only when its step is at most this fraction of float32's: within noise
+# float32, exact, stays (the chosen dtype is then within 3% of the fastest).
+EXACT_PREFERENCE = 0.97
+BUDGET_S = 10.0  # a first use measures for about this long at most (as the cost curve's does)
+
+
+def candidates(device: torch.device) -> tuple[str, ...]:
+    """The dtypes `auto` chooses from: float32 and bfloat16; float16 too off the CPU (a CPU's float16
+    matrix kernels are seldom its fastest, and its range is float16's risk)."""
+    return (EXACT, "bfloat16") if device.type == "cpu" else (EXACT, "bfloat16", "float16")
+
+
+def dtype_key(model_fingerprint: str, device: torch.device) -> dict:
+    """Everything the choice depends on that can change between runs on one machine."""
+    return {**cost.machine_key(model_fingerprint, device), "candidates": list(candidates(device))}
+
+
+@dataclass
+class Candidate:
+    """One dtype's measurement."""
+
+    dtype: str
+    usable: bool
+    agreement: float | None = None  # share of the check's positions whose argmax equals float32's
+    problem: str | None = None  # why it is not usable
+    ms_per_step: float | None = None  # median over the timed blocks (None: not timed)
+    spread: float | None = None  # slowest block over fastest
+    repeats: int = 0  # timed blocks
+
+
+@dataclass
+class DtypeChoice:
+    """What `--dtype auto` chose, and the measurement it chose from."""
+
+    key: dict
+    chosen: str
+    candidates: list[Candidate] = field(default_factory=list)
+    cached: bool = False  # read from the cache, not measured now
+    unsaved: str | None = None  # measured now but not cached, and why
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.chosen]
+
+    def to_json(self) -> str:
+        return json.dumps({"schema": SCHEMA, "key": self.key, "chosen": self.chosen,
+                           "candidates": [asdict(c) for c in self.candidates]}, indent=1)
+
+    def report(self) -> dict:
+        """For `mars profile --dtypes` (its table and --json)."""
+        return {"key": self.key, "chosen": self.chosen, "cached": self.cached, "unsaved": self.unsaved,
+                "path": str(cost.cache_path(self.key, FOLDER)), "steps": STEPS, "min_agreement": MIN_AGREEMENT,
+                "exact_kept_over": exact_kept(self), "exact_preference": EXACT_PREFERENCE,
+                "candidates": [asdict(c) for c in self.candidates]}
+
+
+def fastest(found: Sequence[Candidate]) -> str:
+    """The usable timed candidate with the shortest step, float32 unless another is at most
+    EXACT_PREFERENCE of its step (float32 when nothing else was timed)."""
+    timed = {c.dtype: c.ms_per_step for c in found if c.usable and c.ms_per_step is not None}
+    exact = timed.get(EXACT)
+    best = min(timed, key=lambda name: (timed[name], name != EXACT), default=EXACT)
+    if exact is not None and best != EXACT and timed[best] > EXACT_PREFERENCE * exact:
+        return EXACT
+    return best
+
+
+def exact_kept(choice: DtypeChoice) -> str | None:
+    """The usable dtype that stepped faster than float32 but not by enough to be chosen, if any."""
+    if choice.chosen != EXACT:
+        return None
+    timed = {c.dtype: c.ms_per_step for c in choice.candidates if c.usable and c.ms_per_step is not None}
+    faster = [name for name in timed if name != EXACT and EXACT in timed and timed[name] < timed[EXACT]]
+    return min(faster, key=timed.__getitem__) if faster else None
+
+
+# --------------------------------------------------------------------------- the cache
+def load_cached(key: dict) -> DtypeChoice | None:
+    """The cached choice for `key`, or None when absent, unreadable, stale or malformed: every
+    candidate named once with its fields, a plausible step time for each usable one, and the
+    chosen one the fastest of them (anything else is measured again, never trusted)."""
+    data = cost.read_entry(cost.cache_path(key, FOLDER), SCHEMA, key)
+    if data is None:
+        return None
+    try:
+        found = [_candidate(entry) for entry in data["candidates"]]
+        names = [c.dtype for c in found]
+        if sorted(names) != sorted(key["candidates"]) or not all(found):
+            return None
+        choice = DtypeChoice(key, str(data["chosen"]), found, cached=True)  # type: ignore[arg-type]
+    except cost.ENTRY_ERRORS:
+        return None
+    usable = [c for c in found if c.usable]
+    if choice.chosen not in names or not any(c.dtype == EXACT for c in usable) or fastest(found) != choice.chosen:
+        return None
+    return choice
+
+
+def _candidate(entry: dict) -> Candidate | None:
+    """One cached candidate, or None when a field is missing, mistyped or implausible."""
+    dtype, usable, ms = entry["dtype"], entry["usable"], entry["ms_per_step"]
+    if dtype not in DTYPES or not isinstance(usable, bool):
+        return None
+    if usable:
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)):
+            return None
+        if not (math.isfinite(ms) and cost.MIN_PLAUSIBLE_MS <= ms <= cost.MAX_PLAUSIBLE_MS):
+            return None
+    problem = entry.get("problem")
+    if problem is not None and not isinstance(problem, str):
+        return None
+    return Candidate(dtype, usable, _number(entry.get("agreement")), problem, _number(ms), _number(entry.get("spread")),
+                     int(entry.get("repeats", 0)))
+
+
+def _number(value: object) -> float | None:
+    """A cached number (None stays None); ValueError for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"not a number: {value!r}")
+    return float(value)
+
+
+# --------------------------------------------------------------------------- choosing
+def choose(target: LoadedModel, *, fresh: bool = False) -> DtypeChoice:
+    """The dtype `--dtype auto` decodes `target` in (loaded in float32, left in float32 here):
+    the cached choice, else measured under the entry's lock and cached, with one note on stderr.
+    `fresh` (`mars profile --dtypes`) measures afresh, unbounded, and says nothing (the table
+    does). A process that finds the lock held waits for the other's result and reads it; after
+    cost.LOCK_WAIT_S it decodes in float32, uncached."""
+    key = dtype_key(target.fingerprint, target.device)
+    path = cost.cache_path(key, FOLDER)
+    if not fresh:
+        cached = load_cached(key)
+        if cached is not None:
+            return cached
+    waiting = None if fresh else (lambda: notes.note(
+        f"another mars process is measuring which dtype decodes fastest; waiting for it (at most "
+        f"{cost.LOCK_WAIT_S:.0f} s)"))
+    with cost.EntryLock(path, cost.LOCK_WAIT_S, waiting) as lock:
+        if not lock.acquired:
+            choice = DtypeChoice(key, EXACT, [Candidate(EXACT, True, 1.0)],
+                                 unsaved=f"another mars process was still measuring after {cost.LOCK_WAIT_S:.0f} s")
+        else:
+            cached = None if fresh else load_cached(key)  # measured by another process while this one waited?
+            if cached is not None:
+                return cached
+            choice = measure(target, key, None if fresh else cost._now() + BUDGET_S)
+            if choice.unsaved is None and not cost.save_or_note(path, choice.to_json(), "dtype measurement"):
+                choice.unsaved = "the cache cannot be written"
+    if not fresh:
+        notes.note(describe(choice))
+    return choice
+
+
+def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> DtypeChoice:
+    """Check and time each candidate on `target` (loaded in float32; left in float32)."""
+    names = list(key["candidates"])
+    busy = busy_reason()  # before measuring: the measuring itself loads the machine
+    with _Weights(target.model) as weights:
+        found = check_usable(target, weights.use, names)
+        usable = [c.dtype for c in found if c.usable]
+        samples = time_steps(target, weights.use, usable, deadline)
+    for candidate in found:
+        times = samples.get(candidate.dtype) or []
+        if times:
+            candidate.ms_per_step = statistics.median(times)
+            candidate.spread = max(times) / min(times) if min(times) > 0 else math.inf
+            candidate.repeats = len(times)
+    timed = [c for c in found if c.ms_per_step is not None]
+    unsteady = [c.dtype for c in timed if c.spread > MAX_SPREAD]
+    short = [name for name in usable if len(samples.get(name) or []) < REPEATS]
+    unsaved = busy
+    if unsaved is None and unsteady:
+        unsaved = f"{' and '.join(unsteady)} steps varied more than {MAX_SPREAD:g}x between repeats: a busy machine"
+    if unsaved is None and short:
+        unsaved = f"the measuring ran out of its {BUDGET_S:.0f} s before timing {' and '.join(short)} fully"
+    return DtypeChoice(key, fastest(found), found, unsaved=unsaved)
+
+
+def busy_reason() -> str | None:
+    """Why a measurement taken now would not be representative, or None: a load average above
+    the cores this process may use plus LOAD_HEADROOM (another job would share every step)."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # not on this platform
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if load > cores + LOAD_HEADROOM:
+        return f"load average {load:.1f} on {cores} cores: a busy machine"
+    return None
+
+
+def describe(choice: DtypeChoice) -> str:
+    """The one line a measured choice is announced with."""
+    timed = sorted((c for c in choice.candidates if c.ms_per_step is not None),
+                   key=lambda c: c.dtype != choice.chosen)
+    steps = ", ".join(f"{c.ms_per_step:.1f} ms in {c.dtype}" for c in timed)
+    line = f"--dtype auto: {choice.chosen}" + (f" (a plain decoding step took {steps})" if steps else "")
+    kept = exact_kept(choice)
+    if kept:
+        line += f"; float32 kept, exact: {kept} was not {1 - EXACT_PREFERENCE:.0%} faster"
+    refused = [f"{c.dtype} not usable here: {c.problem}" for c in choice.candidates if not c.usable]
+    if refused:
+        line += "; " + "; ".join(refused)
+    if choice.unsaved is None:
+        return line + ("; measured once per model, device and torch version, then cached (`mars profile --dtypes` "
+                       "shows it; --dtype float32 is the exact mode)")
+    return line + f"; for this run only ({choice.unsaved}), measured again next time"
+
+
+# --------------------------------------------------------------------------- the check
+def check_usable(target: LoadedModel, use: Callable[[str], None], names: Sequence[str]) -> list[Candidate]:
+    """Each candidate's verdict: its next-token logits at every position of the check's prompts
+    finite, and their argmax equal to float32's at MIN_AGREEMENT of the positions or more. A
+    dtype torch cannot run here is not usable either. float32, the reference, always is."""
+    prompts = check_prompts(target)
+    reference = _argmaxes(target, use, EXACT, prompts)[0]
+    found = []
+    for name in names:
+        if name == EXACT:
+            found.append(Candidate(name, True, 1.0))
+            continue
+        try:
+            chosen, finite = _argmaxes(target, use, name, prompts)
+        except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
+            found.append(Candidate(name, False, problem=f"torch cannot run it ({_first_line(exc)})"))
+            continue
+        agreement = float(torch.cat(chosen).eq(torch.cat(reference)).float().mean())
+        if not finite:
+            found.append(Candidate(name, False, agreement, "its logits are not finite (overflow or NaN)"))
+        elif agreement < MIN_AGREEMENT:
+            found.append(Candidate(name, False, agreement, f"its next tokens agree with float32's at {agreement:.0%} "
+                                                           f"of the check's positions (at least {MIN_AGREEMENT:.0%} needed)"))
+        else:
+            found.append(Candidate(name, True, agreement))
+    return found
+
+
+def check_prompts(target: LoadedModel) -> list[torch.Tensor]:
+    """The check's token ids: the first CHECK_PROMPTS calibration prompts, as plain text."""
+    texts = [json.loads(line)["prompt"] for line in CALIBRATION_PROMPTS.read_text(encoding="utf-8").splitlines()
+             if line.strip()][:CHECK_PROMPTS]
+    ids = [list(target.tokenizer(text)["input_ids"])[:CHECK_TOKENS] for text in texts]
+    return [torch.tensor(row, dtype=torch.long) for row in ids if row]
+
+
+def _argmaxes(target: LoadedModel, use: Callable[[str], None], name: str,
+              prompts: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], bool]:
+    """Each prompt's argmax at every position in dtype `name`, and whether every logit was finite."""
+    use(name)
+    chosen, finite = [], True
+    with torch.inference_mode():
+        for ids in prompts:
+            logits = target.model(input_ids=ids[None].to(target.device), use_cache=False).logits[0]
+            finite = finite and bool(torch.isfinite(logits).all())
+            chosen.append(logits.argmax(-1).cpu())
+    return chosen, finite
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def require_usable(target: LoadedModel, name: str, flag: str) -> None:
+    """An explicit dtype that needs the check (float16 on a CPU): UserError unless it passes."""
+    from .errors import UserError
+
+    with _Weights(target.model) as weights:
+        verdict = check_usable(target, weights.use, [name])[0]
+    if not verdict.usable:
+        raise UserError(f"{flag} {name} is unusable on this {target.device.type.upper()}: {verdict.problem}; use "
+                        "--dtype auto, float32 or bfloat16")
+
+
+# --------------------------------------------------------------------------- timing
+def time_steps(target: LoadedModel, use: Callable[[str], None], names: Sequence[str],
+               deadline: float | None = None) -> dict[str, list[float]]:
+    """Milliseconds per plain decoding step in each dtype of `names`, one value per timed block:
+    per dtype, PROMPT_TOKENS pseudo-random tokens prefilled and one step taken (untimed, the
+    warm-up), then blocks of STEPS single-token cached forwards through the loop's scorer (each
+    feeding the last step's greedy token), dtypes interleaved, REPEATS blocks each, stopping at
+    `deadline` (cost.time_interleaved)."""
+    from .decoding.target import TargetScorer
+    from .decoding.tree import DraftTree
+
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, target.vocab_size, (PROMPT_TOKENS + 1,), generator=generator)
+    nothing = DraftTree.chain(prompt[:0])
+    scorers: dict[str, TargetScorer] = {}
+    pending: dict[str, torch.Tensor] = {}
+
+    def step(name: str) -> None:
+        scored = scorers[name].score(pending[name], nothing, width=1)
+        scorers[name].keep([0])
+        pending[name] = scored.logits[-1].argmax().view(1).cpu()
+
+    def run(name: str) -> None:
+        use(name)
+        if name not in scorers:  # the warm-up: a fresh sequence, then one step
+            scorers[name] = TargetScorer(target)
+            scorers[name].start(prompt[:PROMPT_TOKENS])
+            pending[name] = prompt[PROMPT_TOKENS:]
+            step(name)
+            return
+        for _ in range(STEPS):
+            step(name)
+
+    device = target.device
+    synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    with torch.inference_mode():
+        blocks = cost.time_interleaved(run, list(names), REPEATS, synchronize, deadline)
+    return {name: [ms / STEPS for ms in times] for name, times in blocks.items()}
+
+
+# --------------------------------------------------------------------------- weights
+def _kept_in_float32(model: torch.nn.Module, dtype: torch.dtype) -> Callable[[str], bool]:
+    """Which parameters transformers keeps in float32 when loading in `dtype` (a model's
+    `_keep_in_fp32_modules`): a converted model matches one loaded in that dtype."""
+    plan = getattr(model, "_get_dtype_plan", None)
+    patterns = list(plan(dtype)) if callable(plan) else []
+    return lambda name: any(pattern in name for pattern in patterns)
+
+
+def cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Convert the floating-point parameters in place, as loading in `dtype` would have them;
+    buffers stay (RoPE's float32 frequencies: `model.to(dtype)` would round them, and positions
+    far into a sequence with them)."""
+    kept = _kept_in_float32(model, dtype)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.is_floating_point() and parameter.dtype != dtype and not kept(name):
+                parameter.data = parameter.data.to(dtype)
+    config = getattr(model, "config", None)
+    if config is not None:
+        try:
+            config.dtype = dtype
+        except (AttributeError, TypeError, ValueError):  # pragma: no cover - an unusual config
+            pass
+
+
+class _Weights:
+    """The model's parameters in each dtype tried, switched in place by `use(name)` (one model,
+    one converted copy of its weights per dtype, made on first use); float32 again on exit."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.parameters = [(name, p) for name, p in model.named_parameters() if p.is_floating_point()]
+        self.copies: dict[str, list[torch.Tensor]] = {EXACT: [p.data for _, p in self.parameters]}
+        self.current = EXACT
+
+    def use(self, name: str) -> None:
+        if name == self.current:
+            return
+        if name not in self.copies:
+            dtype, kept = DTYPES[name], _kept_in_float32(self.model, DTYPES[name])
+            with torch.no_grad():
+                self.copies[name] = [data if kept(label) else data.to(dtype)
+                                     for (label, _), data in zip(self.parameters, self.copies[EXACT])]
+        for (_, parameter), data in zip(self.parameters, self.copies[name]):
+            parameter.data = data
+        self.current = name
+
+    def __enter__(self) -> "_Weights":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.use(EXACT)
+        self.copies = {EXACT: self.copies[EXACT]}

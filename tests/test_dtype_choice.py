@@ -1,0 +1,331 @@
+"""`--dtype auto` by measurement (mars_cli/dtype_choice.py): the fastest usable dtype wins, an
+unusable one never does, the choice is cached by its key, a corrupt entry or a busy machine's
+measurement is measured again, explicit dtypes are never measured, `mars profile --dtypes`."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from mars_cli import dtype_choice, notes
+from mars_cli.decoding import cost
+from mars_cli.errors import UserError
+from mars_cli.models import load_model
+
+
+@pytest.fixture(autouse=True)
+def exact_auto_dtype():
+    """Overrides conftest's fixture of this name: here `--dtype auto` measures."""
+    yield
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    """A cache of the test's own (never the developer's), a quiet machine, notes said afresh."""
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(notes, "_SHOWN", set())
+    return tmp_path / "cache"
+
+
+class Probe:
+    """The timing probe, mocked: fixed milliseconds per step for each dtype, calls counted."""
+
+    def __init__(self, ms: dict[str, list[float]]) -> None:
+        self.ms, self.asked = ms, []
+
+    def __call__(self, target, use, names, deadline=None):
+        self.asked.append(list(names))
+        return {name: list(self.ms[name]) for name in names}
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    def install(**ms: list[float]) -> Probe:
+        fake = Probe(ms)
+        monkeypatch.setattr(dtype_choice, "time_steps", fake)
+        return fake
+    return install
+
+
+def auto(path) -> object:
+    return load_model(str(path), device="cpu", dtype="auto")
+
+
+def entries(cache) -> list:
+    return sorted((cache / "dtypes").glob("*.json")) if (cache / "dtypes").is_dir() else []
+
+
+# ----------------------------------------------------------------------------- the fastest usable wins
+def test_the_fastest_dtype_wins_and_is_converted_in_place(tiny_dir, probe, capsys, cache):
+    from transformers import AutoModelForCausalLM
+
+    fake = probe(float32=[10.0, 10.2, 9.9], bfloat16=[6.0, 6.1, 5.9])
+    loaded = auto(tiny_dir)
+    assert loaded.dtype == torch.bfloat16 and loaded.dtype_choice.chosen == "bfloat16"
+    assert fake.asked == [["float32", "bfloat16"]]
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.bfloat16}
+    assert {b.dtype for b in loaded.model.buffers()} == {torch.float32}  # RoPE's frequencies stay float32
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--dtype auto: bfloat16" in lines[0] and "6.0 ms in bfloat16" in lines[0]
+    assert "cached" in lines[0] and "float32 is the exact mode" in lines[0]
+    [entry] = entries(cache)
+    assert json.loads(entry.read_text())["chosen"] == "bfloat16"
+    # converted in place = loaded in bfloat16
+    direct = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.bfloat16).eval()
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 10, 11]])
+    with torch.no_grad():
+        assert torch.equal(loaded.model(ids).logits, direct(ids).logits)
+
+
+def test_float32_wins_when_faster_or_within_noise(tiny_dir, probe, cache, capsys):
+    probe(float32=[5.0, 5.0, 5.0], bfloat16=[8.0, 8.0, 8.0])
+    assert auto(tiny_dir).dtype == torch.float32
+    (cache / "dtypes").rename(cache / "elsewhere")
+    probe(float32=[10.0, 10.0, 10.0], bfloat16=[9.8, 9.8, 9.8])  # 2% faster: not worth exactness
+    capsys.readouterr()
+    assert auto(tiny_dir).dtype == torch.float32
+    assert "float32 kept, exact: bfloat16 was not 3% faster" in capsys.readouterr().err
+
+
+def test_the_real_probe_interleaves_dtypes_and_leaves_float32_weights(tiny_target):
+    used: list[str] = []
+    with dtype_choice._Weights(tiny_target.model) as weights:
+        def use(name: str) -> None:
+            used.append(name)
+            weights.use(name)
+
+        ms = dtype_choice.time_steps(tiny_target, use, ["float32", "bfloat16"])
+    # each warmed up just before its first timed block, then A B A B ...
+    repeats = dtype_choice.REPEATS
+    assert used == ["float32", "float32", "bfloat16", "bfloat16"] + ["float32", "bfloat16"] * (repeats - 1)
+    assert {name: len(values) for name, values in ms.items()} == {"float32": 3, "bfloat16": 3}
+    assert all(0 < value < 60_000 for values in ms.values() for value in values)
+    assert {p.dtype for p in tiny_target.model.parameters()} == {torch.float32}
+
+
+# ----------------------------------------------------------------------------- usability
+def test_a_dtype_with_nan_logits_is_skipped_even_if_fastest(tiny_dir, probe, monkeypatch, capsys):
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[1.0, 1.0, 1.0])
+    real_check = dtype_choice.check_usable
+
+    def nan_in_bfloat16(target, use, names):
+        poison = lambda module, args, out: out * float("nan") if out.dtype == torch.bfloat16 else None  # noqa: E731
+        handle = target.model.lm_head.register_forward_hook(poison)
+        try:
+            return real_check(target, use, names)
+        finally:
+            handle.remove()
+
+    monkeypatch.setattr(dtype_choice, "check_usable", nan_in_bfloat16)
+    loaded = auto(tiny_dir)
+    assert loaded.dtype == torch.float32
+    assert fake.asked == [["float32"]]  # an unusable dtype is not even timed
+    [bf16] = [c for c in loaded.dtype_choice.candidates if c.dtype == "bfloat16"]
+    assert not bf16.usable and "not finite" in bf16.problem
+    line = capsys.readouterr().err.strip()
+    assert "bfloat16 not usable here: its logits are not finite" in line
+
+
+def test_a_dtype_that_disagrees_with_float32_is_skipped(tiny_dir, probe, monkeypatch):
+    probe(float32=[10.0, 10.0, 10.0], bfloat16=[1.0, 1.0, 1.0])
+    real = dtype_choice._argmaxes
+
+    def shifted(target, use, name, prompts):
+        chosen, finite = real(target, use, name, prompts)
+        return ([row + 1 for row in chosen] if name == "bfloat16" else chosen), finite
+
+    monkeypatch.setattr(dtype_choice, "_argmaxes", shifted)
+    loaded = auto(tiny_dir)
+    assert loaded.dtype == torch.float32
+    [bf16] = [c for c in loaded.dtype_choice.candidates if c.dtype == "bfloat16"]
+    assert bf16.agreement == 0.0 and "agree with float32's at 0%" in bf16.problem
+
+
+def test_the_check_passes_a_working_bfloat16(tiny_target):
+    with dtype_choice._Weights(tiny_target.model) as weights:
+        found = dtype_choice.check_usable(tiny_target, weights.use, ["float32", "bfloat16"])
+    assert [c.usable for c in found] == [True, True]
+    assert found[1].agreement >= dtype_choice.MIN_AGREEMENT
+
+
+# ----------------------------------------------------------------------------- the cache
+def test_the_cache_is_keyed(tiny_dir, tiny_draft_dir, probe, monkeypatch):
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
+    assert auto(tiny_dir).dtype == torch.bfloat16
+    again = auto(tiny_dir)
+    assert again.dtype == torch.bfloat16 and again.dtype_choice.cached and len(fake.asked) == 1
+    auto(tiny_draft_dir)  # another model
+    assert len(fake.asked) == 2
+    monkeypatch.setattr(cost, "_cpu_name", lambda: "another CPU")  # another machine
+    auto(tiny_dir)
+    assert len(fake.asked) == 3
+
+
+def _valid_entry(cache) -> tuple[object, dict]:
+    [entry] = entries(cache)
+    return entry, json.loads(entry.read_text())
+
+
+CORRUPTIONS = {
+    "not json": lambda data: "{not json",
+    "unknown dtype": lambda data: {**data, "chosen": "float8"},
+    "unknown candidate": lambda data: {**data, "candidates": [{**c, "dtype": "int4"} for c in data["candidates"]]},
+    "missing field": lambda data: {**data, "candidates": [{k: v for k, v in c.items() if k != "ms_per_step"}
+                                                          for c in data["candidates"]]},
+    "no chosen": lambda data: {k: v for k, v in data.items() if k != "chosen"},
+    "implausible time": lambda data: {**data, "candidates": [{**c, "ms_per_step": 1e-9} for c in data["candidates"]]},
+    "not the fastest": lambda data: {**data, "chosen": "float32"},
+    "old schema": lambda data: {**data, "schema": 0},
+    "a list": lambda data: [data],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CORRUPTIONS))
+def test_a_corrupt_or_stale_entry_is_measured_again(tiny_dir, probe, cache, kind):
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
+    auto(tiny_dir)
+    entry, data = _valid_entry(cache)
+    broken = CORRUPTIONS[kind](data)
+    entry.write_text(broken if isinstance(broken, str) else json.dumps(broken))
+    assert auto(tiny_dir).dtype == torch.bfloat16
+    assert len(fake.asked) == 2
+    assert _valid_entry(cache)[1] == data  # rewritten whole
+
+
+def test_an_entry_that_is_a_directory_is_measured_and_noted(tiny_dir, probe, cache, capsys):
+    probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
+    key = dtype_choice.dtype_key(load_model(str(tiny_dir), device="cpu", dtype="float32").fingerprint,
+                                 torch.device("cpu"))
+    cost.cache_path(key, dtype_choice.FOLDER).mkdir(parents=True)
+    loaded = auto(tiny_dir)
+    assert loaded.dtype == torch.bfloat16 and loaded.dtype_choice.unsaved == "the cache cannot be written"
+    err = capsys.readouterr().err
+    assert "cannot cache the dtype measurement" in err and "for this run only" in err
+
+
+# ----------------------------------------------------------------------------- a busy machine
+def test_a_busy_machine_does_not_write_the_cache(tiny_dir, probe, monkeypatch, cache, capsys):
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (cores + 1.0, 0.0, 0.0))
+    loaded = auto(tiny_dir)
+    assert loaded.dtype == torch.bfloat16  # used for this run
+    assert entries(cache) == []
+    line = capsys.readouterr().err.strip()
+    assert f"load average {cores + 1.0:.1f} on {cores} cores" in line and "for this run only" in line
+    assert "measured again next time" in line
+    auto(tiny_dir)
+    assert len(fake.asked) == 2
+
+
+def test_unsteady_steps_are_not_cached(tiny_dir, probe, cache, capsys):
+    probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 14.0, 6.0])
+    loaded = auto(tiny_dir)
+    assert loaded.dtype_choice.unsaved and "varied more than 2x" in loaded.dtype_choice.unsaved
+    assert entries(cache) == []
+
+
+def test_a_held_lock_decodes_in_float32_uncached(tiny_dir, probe, monkeypatch, cache):
+    import fcntl
+
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
+    key = dtype_choice.dtype_key(load_model(str(tiny_dir), device="cpu", dtype="float32").fingerprint,
+                                 torch.device("cpu"))
+    lock = cost.cache_path(key, dtype_choice.FOLDER).with_suffix(".json.lock")
+    lock.parent.mkdir(parents=True)
+    monkeypatch.setattr(cost, "LOCK_WAIT_S", 0.0)
+    with open(lock, "a+b") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        loaded = auto(tiny_dir)
+    assert loaded.dtype == torch.float32 and "still measuring" in loaded.dtype_choice.unsaved
+    assert fake.asked == [] and entries(cache) == []
+
+
+# ----------------------------------------------------------------------------- explicit dtypes
+@pytest.mark.parametrize("name", ["float32", "bfloat16"])
+def test_an_explicit_dtype_never_measures(tiny_dir, monkeypatch, cache, name):
+    def refuse(*args, **kwargs):
+        raise AssertionError("an explicit dtype was measured")
+
+    monkeypatch.setattr(dtype_choice, "time_steps", refuse)
+    monkeypatch.setattr(dtype_choice, "check_usable", refuse)
+    loaded = load_model(str(tiny_dir), device="cpu", dtype=name)
+    assert loaded.dtype == getattr(torch, name) and loaded.dtype_choice is None
+    assert entries(cache) == []
+
+
+def test_explicit_float16_on_cpu_is_checked(tiny_dir, monkeypatch, capsys):
+    from mars_cli.cli import main
+
+    monkeypatch.setattr(dtype_choice, "time_steps", Probe({}))  # never asked
+    real = dtype_choice._argmaxes
+
+    def broken_half(target, use, name, prompts):
+        chosen, finite = real(target, use, name, prompts)
+        return chosen, finite and name != "float16"
+
+    monkeypatch.setattr(dtype_choice, "_argmaxes", broken_half)
+    code = main(["generate", "abc", "--target", str(tiny_dir), "--device", "cpu", "--dtype", "float16", "-n", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("mars: error: --dtype float16 is unusable on this CPU: its logits are not finite")
+
+    def cannot(target, use, name, prompts):
+        if name == "float16":
+            raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'\nmore")
+        return real(target, use, name, prompts)
+
+    monkeypatch.setattr(dtype_choice, "_argmaxes", cannot)
+    with pytest.raises(UserError, match="torch cannot run it .*not implemented for 'Half'\\)"):
+        load_model(str(tiny_dir), device="cpu", dtype="float16")
+
+
+def test_explicit_float16_that_passes_the_check_loads(tiny_dir, monkeypatch):
+    real = dtype_choice._argmaxes
+    monkeypatch.setattr(dtype_choice, "_argmaxes",
+                        lambda target, use, name, prompts: real(target, use, "float32", prompts))  # as float32's
+    loaded = load_model(str(tiny_dir), device="cpu", dtype="float16")
+    assert loaded.dtype == torch.float16 and {p.dtype for p in loaded.model.parameters()} == {torch.float16}
+
+
+def test_a_draft_model_takes_its_targets_measured_dtype(tiny_dir, tiny_draft_dir, probe):
+    from mars_cli.options import DecodingOptions
+    from mars_cli.session import Session
+
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
+    session = Session(DecodingOptions.of(target=str(tiny_dir), draft=str(tiny_draft_dir), device="cpu",
+                                         num_draft="2", max_new_tokens=4))
+    assert session.target.dtype == session.draft_model.dtype == torch.bfloat16
+    assert len(fake.asked) == 1  # the draft model is not measured
+
+
+# ----------------------------------------------------------------------------- mars profile --dtypes
+def test_profile_dtypes_shows_the_table(tiny_dir, capsys, cache):
+    from mars_cli.cli import main
+
+    code = main(["profile", "abc abc", "--target", str(tiny_dir), "--device", "cpu", "-n", "4", "--draft", "none",
+                 "--dtypes"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "plain decoding step by dtype" in out and "ms per step" in out and "usable" in out
+    table = out[out.index("plain decoding step by dtype"):]
+    assert "float32" in table and "bfloat16" in table and "yes (the reference)" in table
+    assert out.count("← --dtype auto") == 1
+    assert ("cached for --dtype auto in" in out) == (entries(cache) != [])
+
+
+def test_profile_dtypes_json_reports_the_measurement(tiny_dir, capsys, probe):
+    from mars_cli.cli import main
+
+    probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
+    code = main(["profile", "abc abc", "--target", str(tiny_dir), "--device", "cpu", "-n", "4", "--draft", "none",
+                 "--dtypes", "--dtype", "float32", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["config"]["dtype"] == "float32"  # an explicit dtype still decodes in it
+    measured = report["dtypes"]
+    assert measured["chosen"] == "bfloat16" and [c["dtype"] for c in measured["candidates"]] == ["float32", "bfloat16"]
+    assert measured["candidates"][1]["ms_per_step"] == 6.0 and measured["unsaved"] is None
