@@ -1,5 +1,5 @@
-"""Bad MARS settings are refused while vLLM builds its config, before any engine starts, with one
-line that names the fix."""
+"""The "mars" key of additional_config: good settings alone switch MARS on; bad ones are refused
+while vLLM builds its config, before any engine starts, with one line that names the fix."""
 
 from __future__ import annotations
 
@@ -28,3 +28,18 @@ def test_bad_mars_settings_are_one_clear_error(mars, draft, says):
     message = str(raised.value)
     assert says in message
     assert "mars: " in message
+
+
+def test_the_config_alone_switches_mars_on():
+    """No rule switch: the "mars" key of additional_config is what puts MARS in the sampler (the
+    path `vllm serve` and `mars serve` take)."""
+    from vllm import SamplingParams
+
+    llm = build("ngram", {"theta": 0.9})
+    try:
+        llm.generate(["The capital of France is Paris. The capital of France is"],
+                     SamplingParams(temperature=0, max_tokens=24), use_tqdm=False)
+        counts = llm.collective_rpc("mars_counters")[0]
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+    assert counts["rounds"] > 0 and counts["drafted"] > 0  # MARS's rule decided them
