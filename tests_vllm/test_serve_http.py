@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -63,12 +64,13 @@ def test_mars_serve_answers_completions(tmp_path):
                "--host", "127.0.0.1", "--enforce-eager", "--max-model-len", "1024"]
     with log.open("wb") as output:
         server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-                                  env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1"))
+                                  env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="INFO"))
     try:
         served = wait_for_models(base, server, log)
         model = served["data"][0]["id"]
         answer = request(f"{base}/v1/completions", {
-            "model": model, "prompt": "The three primary colours are", "max_tokens": 16, "temperature": 0})
+            "model": model, "prompt": "The three primary colours are red, yellow and blue. The three primary colours are",
+            "max_tokens": 16, "temperature": 0})
         text = answer["choices"][0]["text"]
         assert text.strip() and answer["usage"]["completion_tokens"] >= 1
     finally:
@@ -76,3 +78,4 @@ def test_mars_serve_answers_completions(tmp_path):
     written = log.read_text()
     assert "mars: note: MARS on: logit-ratio theta 0.9 (greedy), 0.9 (sampled, at T = 1), given" in written
     assert '"method": "ngram"' in written
+    assert re.search(r"MARS: \d+ of [1-9]\d* drafts accepted, \d+ of them relaxed", written)  # the plugin decided

@@ -35,7 +35,7 @@ class Counters:
     """Totals since the engine started (or the last `reset`), kept as device tensors."""
 
     values: dict[str, torch.Tensor] = field(default_factory=dict)
-    logged_at: float = field(default_factory=time.monotonic)
+    logged_at: float = float("-inf")  # the first batch MARS decides is logged, then every LOG_EVERY_S
 
     def add(self, **counts: torch.Tensor) -> None:
         for name, value in counts.items():
@@ -130,9 +130,8 @@ def _rejection_sample(thresholds: Thresholds, draft_token_ids, num_draft_tokens,
                   low_margin=outcome.low_margin,
                   drafted=torch.tensor(num_draft_tokens, device=device),
                   rounds=torch.tensor(batch_size, device=device))
-    if time.monotonic() - _counters.logged_at > LOG_EVERY_S:
-        _counters.logged_at = time.monotonic()
-        totals = _counters.read()
+    if time.monotonic() - _counters.logged_at > LOG_EVERY_S and (totals := _counters.read())["drafted"]:
+        _counters.logged_at = time.monotonic()  # the first batch with drafts (not vLLM's warm-up), then every 10 s
         _log.info("MARS: %d of %d drafts accepted, %d of them relaxed; %d of %d examined positions low-margin",
                   totals["accepted"], totals["drafted"], totals["relaxed"], totals["low_margin"], totals["examined"])
     return outcome.output_token_ids
