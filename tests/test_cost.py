@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import math
+
 import pytest
 import torch
 
@@ -64,9 +66,12 @@ def test_drafting_that_does_not_pay_is_switched_off_with_probes():
     assert chooser.choose(4) == 4  # nothing measured yet: the prior says draft
     for _ in range(50):
         chooser.observe(drafted=4, accepted=0 if _ % 3 else 1, draft_s=0.0032)
-    choices = [chooser.choose(4) for _ in range(4 * AdaptiveDraftLength.PROBE_EVERY)]
+    # a probe costs 2.40 + 3.2 - 2.33 = 3.27 ms over a plain step: 1% of the time allows one in 141
+    interval = chooser.probe_interval(4)
+    assert interval == math.ceil(3.27 / (0.01 * 2.33))
+    choices = [chooser.choose(4) for _ in range(3 * interval)]
     assert set(choices) == {0, 4}  # only the allowed lengths
-    assert choices.count(4) == 4  # one probe every PROBE_EVERY rounds
+    assert choices.count(4) == 3  # one probe every `interval` rounds
     assert chooser.choose(0) == 0
 
 
@@ -162,7 +167,8 @@ def test_a_dear_drafter_that_is_asked_but_proposes_nothing_stops_being_asked():
     assert (chooser.empty_rounds, chooser.proposed_rounds) == (40, 0) and chooser.miss_ms() == pytest.approx(4.0)
     assert chooser.examined == [0, 0, 0, 0] and chooser.time_by_k == {}  # no acceptance or drafting time learnt
     assert chooser.propose_rate() < 0.05
-    choices = [chooser.choose(4) for _ in range(2 * AdaptiveDraftLength.PROBE_EVERY)]
+    interval = chooser.probe_interval(chooser.choose(4) or 4)
+    choices = [chooser.choose(4) for _ in range(2 * interval)]
     assert choices.count(0) == len(choices) - 2  # plain decoding, but for the probes
     chooser.observe(0, 0, None)  # a round that was not asked teaches nothing
     assert chooser.empty_rounds == 40
@@ -188,3 +194,12 @@ def test_the_miss_model_weighs_proposing_rounds_and_plain_ones():
                              propose_rate=0.5, miss_ms=10.0) == 4
     assert best_draft_length(FLAT, [1.0, 1.0, 0.0, 0.0], draft_ms=0.0, max_k=4, min_k=0, lengths=(4,),
                              propose_rate=0.05, miss_ms=10.0) == 0
+
+
+def test_probes_are_rarer_where_they_are_dear():
+    """While drafting is off, probing costs at most PROBE_SHARE of the time: a probe costing a
+    tenth of a plain step more comes every PROBE_EVERY rounds, one costing 60% more every 60."""
+    cheap = AdaptiveDraftLength(CostCurve({}, {1: 50.0, 5: 55.0}), max_k=4, lengths=(4,))
+    dear = AdaptiveDraftLength(CostCurve({}, {1: 50.0, 5: 80.0}), max_k=4, lengths=(4,))
+    assert cheap.probe_interval(4) == AdaptiveDraftLength.PROBE_EVERY  # 10% extra: 10 rounds, but at least 16
+    assert dear.probe_interval(4) == 60  # 30 ms extra / (1% of 50 ms)

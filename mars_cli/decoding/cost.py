@@ -486,14 +486,17 @@ class AdaptiveDraftLength:
 
     The choice includes 0, not drafting at all, where drafting costs more than it brings (a dear
     drafter against a cheap captured forward on a GPU, or one the target rarely agrees with). A
-    round that does not draft teaches nothing, so while 0 wins every `PROBE_EVERY`-th round still
-    drafts, at the best positive length, to keep the acceptance and drafting cost current.
+    round that does not draft teaches nothing, so while 0 wins a round now and then still drafts
+    (a probe, at the best positive length) to keep the acceptance and drafting cost current: every
+    PROBE_EVERY-th round, or rarer where a probe is dear, so that probing costs at most PROBE_SHARE
+    of the decoding time (`probe_interval`).
     `lengths`, when given, are the only draft lengths allowed (a compiled scorer has a graph for
     a few widths only); 0 is always allowed."""
 
     PRIOR_RATE = 0.6
     PRIOR_WEIGHT = 2.0
-    PROBE_EVERY = 16
+    PROBE_EVERY = 16  # plain rounds between probes, at least
+    PROBE_SHARE = 0.01  # what probing may cost, as a share of decoding time, while drafting is off
 
     def __init__(self, curve: CostCurve, max_k: int, lengths: Sequence[int] | None = None,
                  width: Callable[[int], int] | None = None) -> None:
@@ -561,9 +564,19 @@ class AdaptiveDraftLength:
         best = best_draft_length(self.curve, self.acceptance(), min_k=0, **model)
         if best == 0:
             self.rounds_without_draft += 1
-            if self.rounds_without_draft % self.PROBE_EVERY == 0:  # probe: keep measuring the drafter
-                return best_draft_length(self.curve, self.acceptance(), min_k=1, **model)
+            probe = best_draft_length(self.curve, self.acceptance(), min_k=1, **model)
+            if self.rounds_without_draft >= self.probe_interval(probe):  # keep measuring the drafter
+                self.rounds_without_draft = 0
+                return probe
         return best
+
+    def probe_interval(self, k: int) -> int:
+        """Plain rounds between probes of length k: at least PROBE_EVERY, and as many as keep the
+        probes' extra cost over a plain step within PROBE_SHARE of the time spent decoding."""
+        fed = k + 1 if self.width is None else self.width(k)
+        plain = self.curve.cost(1)
+        extra = self.curve.cost(fed) + self.draft_cost_ms(k) - plain
+        return max(self.PROBE_EVERY, math.ceil(extra / (self.PROBE_SHARE * plain)))
 
     def observe(self, drafted: int, accepted: int, draft_s: float | None, timed_as: int | None = None,
                 asked: int = 0) -> None:
