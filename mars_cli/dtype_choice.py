@@ -25,6 +25,7 @@ field or holds a time no step could take is measured again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -394,11 +395,9 @@ def cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> None:
             if parameter.is_floating_point() and parameter.dtype != dtype and not kept(name):
                 parameter.data = parameter.data.to(dtype)
     config = getattr(model, "config", None)
-    if config is not None:
-        try:
+    if config is not None:  # an unusual config that refuses the label keeps its old one
+        with contextlib.suppress(AttributeError, TypeError, ValueError):
             config.dtype = dtype
-        except (AttributeError, TypeError, ValueError):  # pragma: no cover - an unusual config
-            pass
 
 
 class _Weights:
