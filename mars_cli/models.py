@@ -7,6 +7,7 @@ keyed by the GGUF file's sha256, because transformers' own GGUF conversion takes
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -432,7 +433,26 @@ _WHOLE_READ_ELEMENTS = 1 << 22  # file_fingerprint reads a smaller tensor whole,
 def file_fingerprint(model_dir: Path, per_tensor: int = 512) -> str:
     """model_fingerprint of the model in `model_dir`, read from its safetensors files without
     loading it: the vLLM plugin matches profiles of targets that need not fit in memory. Names,
-    shapes and order (tied weights included) come from the model built on the meta device."""
+    shapes and order (tied weights included) come from the model built on the meta device.
+    Remembered per process while the directory's files stay as they were (finding the target's
+    head and its profile both ask)."""
+    model_dir = Path(model_dir).resolve()
+    try:
+        stamp = tuple(sorted((entry.name, entry.stat().st_size, entry.stat().st_mtime_ns)
+                             for entry in model_dir.iterdir() if entry.is_file()))
+    except OSError:
+        stamp = None
+    if stamp is None:
+        return _file_fingerprint(model_dir, per_tensor)
+    return _remembered_file_fingerprint(model_dir, per_tensor, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _remembered_file_fingerprint(model_dir: Path, per_tensor: int, stamp: tuple) -> str:
+    return _file_fingerprint(model_dir, per_tensor)
+
+
+def _file_fingerprint(model_dir: Path, per_tensor: int) -> str:
     from safetensors import SafetensorError, safe_open
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

@@ -61,6 +61,7 @@ def test_large_tensors_read_by_sample(tmp_path, monkeypatch):
     path = save_tiny(tmp_path, tied=True)
     expected = file_fingerprint(path)
     monkeypatch.setattr(models, "_WHOLE_READ_ELEMENTS", 0)  # every tensor read element by element
+    models._remembered_file_fingerprint.cache_clear()  # read the files again, not the remembered digest
     assert file_fingerprint(path) == expected == loaded_fingerprint(path)
 
 
@@ -106,3 +107,13 @@ def test_embedded_smollm2(smollm2):
     converted = gguf_cache_entry(EMBEDDED["smollm2-135m"].locate_gguf())
     shipped = profiles.load(Path(mars_cli.__file__).parent / "profiles" / "smollm2-135m.yaml")
     assert file_fingerprint(converted) == smollm2.fingerprint == shipped.fingerprint
+
+
+def test_a_changed_directory_is_read_again(tmp_path):
+    """The digest is remembered per process only while the files stay as they were."""
+    path = save_tiny(tmp_path, tied=False)
+    before = file_fingerprint(path)
+    tensors = load_file(path / "model.safetensors")
+    tensors["model.norm.weight"] = tensors["model.norm.weight"] + 1.0
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    assert file_fingerprint(path) != before

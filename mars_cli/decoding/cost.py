@@ -564,6 +564,8 @@ class AdaptiveDraftLength:
         best = best_draft_length(self.curve, self.acceptance(), min_k=0, **model)
         if best == 0:
             self.rounds_without_draft += 1
+            if self.rounds_without_draft < self.PROBE_EVERY:  # no probe yet: nothing more to work out
+                return 0
             probe = best_draft_length(self.curve, self.acceptance(), min_k=1, **model)
             if self.rounds_without_draft >= self.probe_interval(probe):  # keep measuring the drafter
                 self.rounds_without_draft = 0

@@ -79,13 +79,7 @@ def start_engines(methods: list[Method], options: DecodingOptions, enforce_eager
 
 def _rule(options: DecodingOptions, target_dir: str) -> dict:
     """A MARS method's thresholds, resolved as `mars generate` resolves them (flag, profile, auto)."""
-    verification = options.verification
-    mapping: dict[str, Any] = {"measure": verification.margin}
-    if verification.threshold is not None:
-        mapping["theta"] = verification.threshold
-    elif verification.calibration is not None:
-        mapping.update(profile=verification.calibration, force=verification.force)
-    return settings.resolve(mapping, target_dir, speculative=True)
+    return settings.resolve(settings.mapping_for(options.verification), target_dir, speculative=True)
 
 
 def _max_model_len(options: DecodingOptions) -> int:

@@ -70,20 +70,6 @@ class ServeRequest:
             require(name not in OWNED_FLAGS, f"{name} is what `mars serve` writes from {OWNED_FLAGS.get(name)}; "
                                              "use those, or run the `vllm serve` command --dry-run prints, edited")
 
-    def mars_mapping(self) -> dict[str, Any] | None:
-        """The "mars" mapping of additional_config, as a user would write it (None: strict)."""
-        verification = self.verification
-        if verification.verify == "strict":
-            return None
-        mapping: dict[str, Any] = {"measure": verification.margin}
-        if verification.threshold is not None:
-            mapping["theta"] = verification.threshold  # wins over a profile, as in `mars generate`
-        elif verification.calibration is not None:
-            mapping["profile"] = verification.calibration
-        if verification.force:
-            mapping["force"] = True
-        return mapping
-
 
 @dataclass(frozen=True)
 class ServePlan:
@@ -133,7 +119,7 @@ def plan(request: ServeRequest) -> ServePlan:
         if request.draft in ("none", "ngram") or request.draft.partition(":")[0] == "head":
             raise
         raise UserError(f"--draft {request.draft}: {exc}") from None  # a draft model spec
-    mapping = request.mars_mapping()
+    mapping = settings.mapping_for(request.verification)
     resolved = None
     if mapping is not None:
         try:

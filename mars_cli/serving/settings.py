@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..calibration import profiles
 from ..decoding.rules import MARGIN_MEASURES
 from ..decoding.verifiers import DEFAULT_THRESHOLD
 from ..errors import UserError
 from .rejection import Thresholds
+
+if TYPE_CHECKING:
+    from ..options import VerifyOptions
 
 KEY = "mars"  # the additional_config key
 KEYS = ("theta", "profile", "measure", "force")
@@ -72,6 +75,21 @@ def resolve(config: object, model: str | Path, speculative: bool) -> dict[str, A
                             f'{fingerprint[:12]}); calibrate it with `mars calibrate` or add "force": true')
     return _resolved(measure, profiles.raw_threshold(profile, measure, 0.0),
                      profiles.raw_threshold(profile, measure, 1.0), str(profile.path))
+
+
+def mapping_for(verification: "VerifyOptions") -> dict[str, Any] | None:
+    """The "mars" mapping `mars` flags stand for (--verify, --threshold, --calibration, --margin,
+    --force), as a user would write it; None for --verify strict (vLLM's own rule)."""
+    if verification.verify == "strict":
+        return None
+    mapping: dict[str, Any] = {"measure": verification.margin}
+    if verification.threshold is not None:
+        mapping["theta"] = verification.threshold  # wins over a profile, as in `mars generate`
+    elif verification.calibration is not None:
+        mapping["profile"] = verification.calibration
+    if verification.force:
+        mapping["force"] = True
+    return mapping
 
 
 def thresholds(resolved: Mapping[str, Any]) -> Thresholds:
