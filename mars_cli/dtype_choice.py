@@ -17,7 +17,7 @@ logits at every position are finite and their argmax agrees with float32's at MI
 positions or more. An explicit `--dtype float16` on a CPU takes the same check (models.py).
 
 Never cached (used for this run only, measured again next time): a measurement started while the
-load average exceeded the usable cores plus LOAD_HEADROOM, one whose steps varied more than
+load average exceeded the usable cores plus cost.LOAD_HEADROOM, one whose steps varied more than
 MAX_SPREAD times between repeats, one cut short by its budget, and one taken while another process
 held the entry's lock too long. A cached entry that does not parse, names an unknown dtype, lacks a
 field or holds a time no step could take is measured again.
@@ -55,7 +55,6 @@ PROMPT_TOKENS = 16  # prefilled before the timed steps
 STEPS = 8  # single-token cached forwards per timed block (ms per step: the block's time / STEPS)
 REPEATS = 3  # timed blocks per dtype, interleaved across dtypes; the median counts
 MAX_SPREAD = 2.0  # a dtype's slowest block over its fastest beyond this: the machine is not steady
-LOAD_HEADROOM = 0.5  # load average above usable cores + this before measuring: the machine is busy
 # A lower precision is chosen only when its step is at most this fraction of float32's: within noise
 # float32, exact, stays (the chosen dtype is then within 3% of the fastest).
 EXACT_PREFERENCE = 0.97
@@ -215,7 +214,7 @@ def choose(target: LoadedModel, *, fresh: bool = False) -> DtypeChoice:
 def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> DtypeChoice:
     """Check and time each candidate on `target` (loaded in float32; left in float32)."""
     names = list(key["candidates"])
-    busy = busy_reason()  # before measuring: the measuring itself loads the machine
+    busy = cost.busy_reason()  # before measuring: the measuring itself loads the machine
     with _Weights(target.model) as weights:
         found = check_usable(target, weights.use, names)
         usable = [c.dtype for c in found if c.usable]
@@ -235,22 +234,6 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> Dt
     if unsaved is None and short:
         unsaved = f"the measuring ran out of its {BUDGET_S:.0f} s before timing {' and '.join(short)} fully"
     return DtypeChoice(key, fastest(found), found, unsaved=unsaved)
-
-
-def busy_reason() -> str | None:
-    """Why a measurement taken now would not be representative, or None: a load average above
-    the cores this process may use plus LOAD_HEADROOM (another job would share every step)."""
-    try:
-        load = os.getloadavg()[0]
-    except (OSError, AttributeError):  # not on this platform
-        return None
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    if load > cores + LOAD_HEADROOM:
-        return f"load average {load:.1f} on {cores} cores: a busy machine"
-    return None
 
 
 def describe(choice: DtypeChoice) -> str:

@@ -115,6 +115,14 @@ def isolated_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch):
+    """Speed measurements taken on a busy machine are never cached (decoding/cost.py
+    `busy_reason`); a test suite keeps both cores busy, so tests see a quiet machine unless one
+    patches `os.getloadavg` itself to test the busy case."""
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+
+
+@pytest.fixture(autouse=True)
 def exact_auto_dtype(monkeypatch):
     """`--dtype auto` measures which dtype decodes fastest here (mars_cli/dtype_choice.py): timing
     noise would change a test's dtype, and so its outputs, from run to run, and the measurement

@@ -16,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import statistics
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
@@ -130,7 +132,7 @@ def expected_tokens(acceptance: Sequence[float], k: int) -> float:
     return total
 
 
-def best_draft_length(curve: CostCurve, acceptance: Sequence[float], draft_ms: float | Callable[[int], float],
+def best_draft_length(curve: CostCurve | LiveCosts, acceptance: Sequence[float], draft_ms: float | Callable[[int], float],
                       max_k: int, min_k: int = 1, lengths: Sequence[int] | None = None,
                       width: Callable[[int], int] | None = None, propose_rate: float = 1.0,
                       miss_ms: float = 0.0) -> int:
@@ -158,15 +160,57 @@ def best_draft_length(curve: CostCurve, acceptance: Sequence[float], draft_ms: f
 # --------------------------------------------------------------------------- measuring
 def machine_key(model_fingerprint: str, device: torch.device) -> dict:
     """What any measurement of a model's speed depends on that can change between runs on one
-    machine: the model, the device (the CPU's or GPU's name), the threads and the torch version.
-    Cost curves (`curve_key`) and dtype choices (mars_cli/dtype_choice.py) add their own."""
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    machine: the model, the device (the CPU's or GPU's name, and a CPU's matrix instruction sets:
+    two CPUs sold under one name, "Intel(R) Xeon(R) Processor" say, may differ in AMX or AVX-512),
+    the threads and the torch version. Cost curves (`curve_key`) and dtype choices
+    (mars_cli/dtype_choice.py) add their own."""
+    if device.type == "cuda":
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        device_name = " ".join([_cpu_name(), *_cpu_matrix_flags()])
     return {
         "model": model_fingerprint,
         "device": f"{device.type}:{device_name}",
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }
+
+
+# the CPU features a matrix kernel's speed turns on (x86 and Arm names, as /proc/cpuinfo lists them)
+MATRIX_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+                "amx_int8", "asimd", "sve", "sve2", "bf16", "i8mm", "sme")
+
+
+def _cpu_matrix_flags() -> list[str]:
+    """Which of MATRIX_FLAGS this CPU lists (Linux; elsewhere none are known)."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.is_file() else []
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            present = set(value.split())
+            return [flag for flag in MATRIX_FLAGS if flag in present]
+    return []
+
+
+LOAD_HEADROOM = 0.5  # load average above usable cores + this before measuring: the machine is busy
+
+
+def busy_reason() -> str | None:
+    """Why a speed measurement taken now would not be representative, or None: a load average
+    above the cores this process may use plus LOAD_HEADROOM (another job would share every
+    step). Such measurements serve the run that made them and are never cached."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # not on this platform
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if load > cores + LOAD_HEADROOM:
+        return f"load average {load:.1f} on {cores} cores: a busy machine"
+    return None
 
 
 def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, compiled: bool,
@@ -459,12 +503,16 @@ def curve_for(scorer: "TargetScorer", widths: Sequence[int] | None = None, *, fr
             limit = "" if math.isinf(budget.seconds) else f", at most {max(budget.seconds, 0):.0f} s"
             note(f"measuring the target's forward cost at widths {_spans(missing)} (once per model, device and "
                  f"dtype{limit}; cached)")
+        busy = busy_reason()  # before measuring: the measuring itself loads the machine
         started = _now()
         measured = measure_curve(scorer, key, missing, FRESH_REPEATS if fresh else FIRST_USE_REPEATS,
                                  budget_s=None if math.isinf(budget.seconds) else budget.seconds)
         budget.seconds -= _now() - started
         curve = CostCurve(key, {**have, **measured.ms_by_width})
-        _save_or_note(curve)
+        if busy is None:
+            _save_or_note(curve)
+        elif note is not None:
+            note(f"the cost curve measured now is for this run only ({busy}); measured again next time")
     return curve
 
 
@@ -479,6 +527,37 @@ def _stand_in(scorer: "TargetScorer", key: dict, have: dict[int, float]) -> Cost
     return CostCurve(key, {**default_curve(key, plain).ms_by_width, **have})
 
 
+class LiveCosts:
+    """What a target forward of each width costs in this session, as its rounds time it: the
+    median of the last LIVE_KEEP rounds of a width once LIVE_MIN have been timed; before that the
+    cached curve's figure, scaled by how width 1 runs now against the curve. The curve was
+    measured once, maybe while the machine was busier or quieter, or on another CPU of the same
+    name; a round's own time is what the choice must stand on (`cost` reads like CostCurve's)."""
+
+    LIVE_MIN = 3
+    LIVE_KEEP = 64
+
+    def __init__(self, curve: CostCurve) -> None:
+        self.curve = curve
+        self.timed: dict[int, deque[float]] = {}
+
+    def observe(self, width: int, ms: float) -> None:
+        """One round's target forward of `width` took `ms`."""
+        self.timed.setdefault(width, deque(maxlen=self.LIVE_KEEP)).append(ms)
+
+    def _live(self, width: int) -> float | None:
+        samples = self.timed.get(width)
+        return statistics.median(samples) if samples is not None and len(samples) >= self.LIVE_MIN else None
+
+    def cost(self, width: int) -> float:
+        live = self._live(width)
+        if live is not None:
+            return live
+        plain = self._live(1)
+        scale = 1.0 if plain is None else plain / self.curve.cost(1)
+        return self.curve.cost(width) * scale
+
+
 class AdaptiveDraftLength:
     """`--num-draft auto`: before each round, the draft length with the most expected tokens
     per second, from the cost curve and this drafter's acceptance by position as measured so far
@@ -487,9 +566,12 @@ class AdaptiveDraftLength:
     The choice includes 0, not drafting at all, where drafting costs more than it brings (a dear
     drafter against a cheap captured forward on a GPU, or one the target rarely agrees with). A
     round that does not draft teaches nothing, so while 0 wins a round now and then still drafts
-    (a probe, at the best positive length) to keep the acceptance and drafting cost current: every
-    PROBE_EVERY-th round, or rarer where a probe is dear, so that probing costs at most PROBE_SHARE
-    of the decoding time (`probe_interval`).
+    (a probe, at the best positive length) to keep the acceptance and drafting cost current: after
+    PROBE_EVERY plain rounds, or more where a probe is dear, so that probing costs at most
+    PROBE_SHARE of the decoding time (`probe_interval`). A probe is decided one round ahead
+    (`may_draft_next`): the round before it is the only plain round that must hand a draft head
+    the target's features.
+    Forward costs come from `LiveCosts`: the rounds' own timings, the cached curve until then.
     `lengths`, when given, are the only draft lengths allowed (a compiled scorer has a graph for
     a few widths only); 0 is always allowed."""
 
@@ -501,6 +583,7 @@ class AdaptiveDraftLength:
     def __init__(self, curve: CostCurve, max_k: int, lengths: Sequence[int] | None = None,
                  width: Callable[[int], int] | None = None) -> None:
         self.curve = curve
+        self.costs = LiveCosts(curve)
         self.width = width  # the forward's width for k drafts, when not k + 1 (a tree's)
         self.max_k = max_k
         self.lengths = None if lengths is None else sorted({0, *lengths})
@@ -511,6 +594,8 @@ class AdaptiveDraftLength:
         self.proposed_rounds = 0  # rounds asked for a draft that got one
         self.empty_rounds = 0  # ... that got none
         self.empty_s: list[float] = []  # what asking cost in those (timed ones)
+        self.probe_next = False  # decided by a plain round: the next round drafts
+        self.drafting = True  # the last choice was a draft (or could not be made): the next may be one
 
     @property
     def drafted(self) -> int:
@@ -557,31 +642,55 @@ class AdaptiveDraftLength:
     def choose(self, room: int) -> int:
         """The draft length for the next round, at most `room` (0: plain decoding this round)."""
         if room < 1:
+            self.drafting = True  # the sequence ends here: nothing to save for
             return 0
         top = min(room, self.max_k)
-        model = dict(draft_ms=self.draft_cost_ms, max_k=top, lengths=self.lengths, width=self.width,
-                     propose_rate=self.propose_rate(), miss_ms=self.miss_ms())
-        best = best_draft_length(self.curve, self.acceptance(), min_k=0, **model)
-        if best == 0:
+        best = best_draft_length(self.costs, self.acceptance(), min_k=0, **self._model(top))
+        if best == 0 and self.probe_next:  # decided last round, which kept the features a head needs
+            self.probe_next = False
+            self.rounds_without_draft = 0
+            best = best_draft_length(self.costs, self.acceptance(), min_k=1, **self._model(top))
+        elif best == 0:
             self.rounds_without_draft += 1
-            if self.rounds_without_draft < self.PROBE_EVERY:  # no probe yet: nothing more to work out
-                return 0
-            probe = best_draft_length(self.curve, self.acceptance(), min_k=1, **model)
-            if self.rounds_without_draft >= self.probe_interval(probe):  # keep measuring the drafter
-                self.rounds_without_draft = 0
-                return probe
+            self.probe_next = self._probe_due()
+        else:
+            self.probe_next, self.rounds_without_draft = False, 0
+        self.drafting = best > 0
         return best
+
+    def defer(self) -> None:
+        """The round just chosen to draft cannot (its drafter lacks the last plain round's
+        features: the live costs turned the choice between two rounds): it runs plain and keeps
+        the features, and the next round drafts, as a probe if nothing else."""
+        self.probe_next, self.drafting = True, False
+
+    def may_draft_next(self) -> bool:
+        """Whether the round after the one just chosen may draft: False only while drafting is
+        off and no probe is due, so that round's plain step need not hand the drafter features."""
+        return self.drafting or self.probe_next
+
+    def _model(self, top: int) -> dict:
+        return dict(draft_ms=self.draft_cost_ms, max_k=top, lengths=self.lengths, width=self.width,
+                    propose_rate=self.propose_rate(), miss_ms=self.miss_ms())
+
+    def _probe_due(self) -> bool:
+        """After this many plain rounds in a row, whether the next round probes (worked out only
+        once PROBE_EVERY have passed)."""
+        if self.rounds_without_draft < self.PROBE_EVERY:
+            return False
+        probe = best_draft_length(self.costs, self.acceptance(), min_k=1, **self._model(self.max_k))
+        return self.rounds_without_draft >= self.probe_interval(probe)
 
     def probe_interval(self, k: int) -> int:
         """Plain rounds between probes of length k: at least PROBE_EVERY, and as many as keep the
         probes' extra cost over a plain step within PROBE_SHARE of the time spent decoding."""
         fed = k + 1 if self.width is None else self.width(k)
-        plain = self.curve.cost(1)
-        extra = self.curve.cost(fed) + self.draft_cost_ms(k) - plain
+        plain = self.costs.cost(1)
+        extra = self.costs.cost(fed) + self.draft_cost_ms(k) - plain
         return max(self.PROBE_EVERY, math.ceil(extra / (self.PROBE_SHARE * plain)))
 
     def observe(self, drafted: int, accepted: int, draft_s: float | None, timed_as: int | None = None,
-                asked: int = 0) -> None:
+                asked: int = 0, width: int | None = None, target_s: float | None = None) -> None:
         """One round's outcome: `drafted` proposed (a tree's depth), the first `accepted` of them
         stood. `draft_s` None: the round's drafting time says nothing about drafting (the first
         round of a sequence, when a head reads the whole prompt's features). `timed_as`: the
@@ -590,7 +699,10 @@ class AdaptiveDraftLength:
         but proposed nothing (an n-gram without a match, a head below its confidence gate) made
         the round a plain step that also paid for asking: such rounds teach how often it proposes
         and what a miss costs (`propose_rate`, `miss_ms`), so a dear drafter that rarely dares
-        stops being asked, while a free one that often misses (n-gram) keeps being asked."""
+        stops being asked, while a free one that often misses (n-gram) keeps being asked.
+        `width`, `target_s`: the target forward's width this round and what it took (`LiveCosts`)."""
+        if width is not None and target_s is not None and target_s > 0:
+            self.costs.observe(width, 1000 * target_s)
         if asked and not drafted:  # asked, proposed nothing: how often, and what asking cost
             self.empty_rounds += 1
             if draft_s is not None:

@@ -6,7 +6,8 @@ it sampled them; `commit(length)` tells the drafter that only the first `length`
 history are final, so it forgets anything cached past them. A drafter's tree shape is part of its
 construction. A drafter that reads the target's features (the draft head) names the hidden-state
 layers it reads in `feature_layers`; the scorer then hands it the target's features of every
-position that enters the target's cache, from the forward passes that run anyway.
+position that enters the target's cache, from the forward passes that run anyway, except in
+plain rounds after which no draft can follow (`skip_features`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class Drafter(ABC):
     def observe_features(self, hidden: torch.Tensor) -> None:
         """The target's features [n, F] (its `feature_layers`, concatenated) for the next n
         positions of its cache, in order."""
+
+    def skip_features(self, count: int) -> None:
+        """The next `count` positions of the target's cache came without features (a plain round
+        while drafting is off: the loop did not ask for them)."""
 
     def commit(self, length: int) -> None:
         """Only the first `length` tokens of the history are final."""

@@ -85,6 +85,8 @@ def decode(
 
     produced = 0
     no_draft = DraftTree.empty(target.device)
+    reads_features = bool(scorer.feature_layers)
+    features_current = True  # the drafter holds the target's features up to the cache's end
     while produced < budget:
         # k levels can emit k + 1 tokens: never draft past the budget or the context window
         room = budget - produced - 1
@@ -93,12 +95,18 @@ def decode(
         k = max(0, min(settings.num_draft, room))
         if draft_length is not None:
             k = draft_length.choose(k)
+            if k and not features_current:  # the last plain round kept no features: this one does
+                draft_length.defer()
+                k = 0
         tree = drafter.propose(history[:length], k) if k else no_draft
         tree = fit(tree, k, None if window is None else window - length - 1, scorer, settings.tree_tokens)
         draft_s = clock.lap("draft")
 
-        scored = scorer.score(pending, tree, width=padded_width(tree, k, settings.tree_tokens))
-        clock.lap("target")
+        # a plain round hands the drafter features only when the next round may draft
+        features_current = draft_length is None or bool(k) or draft_length.may_draft_next()
+        scored = scorer.score(pending, tree, width=padded_width(tree, k, settings.tree_tokens),
+                              features=features_current)
+        target_s = clock.lap("target")
 
         verdict = verifier.verify(scored.logits, tree, generator)
         accepted = verdict.accepted_positions
@@ -110,10 +118,12 @@ def decode(
         features = scorer.keep(kept_rows)
         if features is not None:
             drafter.observe_features(features)
+        elif reads_features:
+            drafter.skip_features(len(kept_rows))
         drafter.commit(length + len(accepted))
         if draft_length is not None:  # the first round reads the whole prompt: not a drafting cost
             draft_length.observe(tree.depth, len(accepted), draft_s if stats.rounds else None, timed_as=tree.searched,
-                                 asked=k)
+                                 asked=k, width=scored.width, target_s=target_s)
         clock.lap("rollback")
 
         emitted, reason = _cut_at_eos_or_budget(emitted, eos, budget - produced)

@@ -46,10 +46,12 @@ def select_features(hidden_states: Sequence[torch.Tensor], layers: FeatureLayers
 @dataclass
 class Scored:
     """One verification pass: logits of the pending token and each draft ([1 + k, V]) and, when
-    the drafter reads features, the features of every fed row ([width, F]); padding is dropped."""
+    the drafter reads features, the features of every fed row ([width, F]); padding is dropped.
+    `width`: the positions the forward fed, padding included (what its cost depends on)."""
 
     logits: torch.Tensor
     features: torch.Tensor | None
+    width: int = 0
 
 
 COMPILE_CHOICES = ("auto", "on", "off")
@@ -211,10 +213,12 @@ class TargetScorer:
             self._noted = True
         return KVCache(self.target.model)
 
-    def score(self, pending: torch.Tensor, tree: DraftTree, width: int) -> Scored:
+    def score(self, pending: torch.Tensor, tree: DraftTree, width: int, features: bool = True) -> Scored:
         """Feed `pending` ([1]) and the tree's nodes (at most width - 1) after the committed cache.
         A chain is fed with the causal mask; in a branching tree every row sees only its ancestors:
-        one pass scores every branch, each row at the position its depth gives it."""
+        one pass scores every branch, each row at the position its depth gives it. `features`
+        False: the drafter will not read this pass's features (a plain round while drafting is
+        off), so none are asked for (a compiled graph computes them anyway: they are dropped)."""
         drafts = tree.tokens.to(pending.device)
         feed = torch.cat([pending, drafts])
         if drafts.numel() > 0:  # padding is scored, then dropped
@@ -228,10 +232,10 @@ class TargetScorer:
             raise StaticCacheFull(f"the sequence outgrew its static cache ({self.cache.capacity} positions)")
         layout = None if tree.is_chain() else self._tree_layout(tree, feed.numel())
         with torch.inference_mode():
-            output = self._forward(feed, layout=layout)
+            output = self._forward(feed, layout=layout, features=features)
         real = 1 + drafts.numel()
-        self._features = None if output.features is None else output.features[:real]
-        return Scored(output.logits[:real], self._features)
+        self._features = None if output.features is None or not features else output.features[:real]
+        return Scored(output.logits[:real], self._features, feed.numel())
 
     def keep(self, rows: Sequence[int] | torch.Tensor) -> torch.Tensor | None:
         """Keep the fed rows `rows` (ascending; row 0, the pending token, always stands) after the
@@ -275,7 +279,8 @@ class TargetScorer:
         bias = attention_bias(tree.ancestry(width), past, kv_length, self.target.dtype)
         return {"attention_mask": bias.to(device), "position_ids": tree.positions(past, width).to(device)}
 
-    def _forward(self, feed: torch.Tensor, eager: bool = False, layout: dict | None = None) -> Scored:
+    def _forward(self, feed: torch.Tensor, eager: bool = False, layout: dict | None = None,
+                 features: bool = True) -> Scored:
         ids = feed[None].to(self.target.device)
         if not eager and self.kind == "compiled" and self.cache.initialized:
             # a copy made here (inference mode) is an inference tensor whatever the caller passed:
@@ -287,7 +292,8 @@ class TargetScorer:
             self._widths.add(ids.shape[1])
             if self.target.device.type == "cuda":  # a CUDA graph's outputs are overwritten by its next replay
                 logits, features = logits.clone(), None if features is None else features.clone()
-            return Scored(logits[0], None if features is None else features[0])
-        output = self.cache.forward(ids, hidden=bool(self.feature_layers), **(layout or {}))
-        features = select_features(output.hidden_states, self.feature_layers)[0] if self.feature_layers else None
-        return Scored(output.logits[0], features)
+            return Scored(logits[0], None if features is None else features[0], ids.shape[1])
+        hidden = bool(self.feature_layers) and features
+        output = self.cache.forward(ids, hidden=hidden, **(layout or {}))
+        selected = select_features(output.hidden_states, self.feature_layers)[0] if hidden else None
+        return Scored(output.logits[0], selected, ids.shape[1])

@@ -164,8 +164,10 @@ class HeadDrafter(Drafter):
     def reset(self) -> None:
         self.cache = HeadCache()
         self.features = torch.empty(0, self.head.feature_width, device=self.head.fc.weight.device)
-        self.known = 0  # target features held (= positions in the target's cache)
-        self.read = 0  # true pairs in the head's cache
+        self.held = torch.zeros(0, dtype=torch.bool)  # per position: were its features handed over?
+        self.known = 0  # positions in the target's cache (with or without features)
+        self.read = 0  # positions the head has read up to
+        self.pairs = 0  # true pairs in the head's cache (fewer than `read` after skipped rounds)
         self.failed = False  # a new sequence drafts again (a NaN head fails again, noted once)
 
     @property
@@ -175,13 +177,31 @@ class HeadDrafter(Drafter):
         return f"draft head {source}" if source else "the draft head"
 
     def observe_features(self, hidden: torch.Tensor) -> None:
-        end = self.known + hidden.shape[0]
+        end = self._grow(hidden.shape[0])
+        self.features[self.known : end] = hidden.to(self.features.device, self.features.dtype)
+        self.held[self.known : end] = True
+        self.known = end
+
+    def skip_features(self, count: int) -> None:
+        """Positions without features (plain rounds while drafting is off): the head never reads
+        their pairs. When it drafts again it reads the pairs it has, so its cache lacks the gap's:
+        its drafts then differ from a head that read every pair (measured in docs/head.md)."""
+        end = self._grow(count)
+        self.held[self.known : end] = False
+        self.known = end
+
+    def _grow(self, count: int) -> int:
+        """Room for `count` more positions; returns where they end."""
+        end = self.known + count
         if end > self.features.shape[0]:
-            grown = torch.empty(max(2 * end, 256), self.features.shape[1], device=self.features.device)
+            size = max(2 * end, 256)
+            grown = torch.empty(size, self.features.shape[1], device=self.features.device)
             grown[: self.known] = self.features[: self.known]
             self.features = grown
-        self.features[self.known : end] = hidden.to(self.features.device, self.features.dtype)
-        self.known = end
+            held = torch.zeros(size, dtype=torch.bool)
+            held[: self.known] = self.held[: self.known]
+            self.held = held
+        return end
 
     def commit(self, length: int) -> None:
         self.known = min(self.known, length)
@@ -217,12 +237,20 @@ class HeadDrafter(Drafter):
     def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
         if self.failed:  # the head proposed NaN earlier in this sequence
             return DraftTree.empty(self.target_device)
-        self.cache.truncate(self.read)  # forget last round's drafted pairs
-        if self.known == 0:  # a one-token prompt: no feature yet
+        self.cache.truncate(self.pairs)  # forget last round's drafted pairs
+        if self.known == 0 or not self.held[self.known - 1]:  # a one-token prompt, or the last feature skipped
             return DraftTree.empty(self.target_device)
         # pair p = (f_p, x_{p+1}) for every position the target has scored since the last round
-        tokens = history[self.read + 1 : self.known + 1].to(self.features.device)
-        feature = self.head.step(self.features[self.read : self.known], tokens, self.cache)[-1:]
+        held = self.held[self.read : self.known]
+        if bool(held.all()):
+            tokens = history[self.read + 1 : self.known + 1].to(self.features.device)
+            features = self.features[self.read : self.known]
+        else:  # after skipped rounds: only the positions whose features came
+            positions = self.read + torch.nonzero(held).flatten()
+            tokens = history[positions + 1].to(self.features.device)
+            features = self.features[positions.to(self.features.device)]
+        feature = self.head.step(features, tokens, self.cache)[-1:]
+        self.pairs += tokens.shape[0]
         self.read = self.known
         if self.shape.branches:
             return self._propose_tree(feature, depth)
