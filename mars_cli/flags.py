@@ -89,7 +89,8 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
                "against float32's: measured once per model, device and torch, cached), float32 (the exact mode), "
                "bfloat16 or float16."),
     _flag("compile", str, "auto", "--compile", rich_help_panel=MODEL,
-          help="Static KV cache with compiled target forwards (CUDA graphs on CUDA): 'on', 'off', or 'auto' (on "
+          help="Static KV caches with compiled target forwards and drafting steps (CUDA graphs on CUDA): 'on', "
+               "'off', or 'auto' (on "
                "for CUDA where torch can compile; off on CPU, where the compile time is not won back)."),
     _flag("device_map", Optional[str], None, "--device-map", rich_help_panel=MODEL,
           help="'auto' spreads a target too large for one device over GPUs (and CPU) with accelerate."),

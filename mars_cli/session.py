@@ -127,7 +127,8 @@ class Session:
         if kind == "head":
             return HeadDrafter(head, self.target, sampling.params, make_generator(self.target.output_device, seed),
                                drafting.head_confidence, compile=self._compiled, shape=shape)
-        return ModelDrafter(self.draft_model, sampling.params, make_generator(self.draft_model.device, seed), shape)
+        return ModelDrafter(self.draft_model, sampling.params, make_generator(self.draft_model.device, seed), shape,
+                            compile=self._compiled)
 
     @property
     def tree(self) -> TreeShape:

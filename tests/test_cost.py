@@ -71,7 +71,7 @@ def test_drafting_that_does_not_pay_is_switched_off_with_probes():
     assert interval == math.ceil(3.27 / (0.01 * 2.33))
     choices = [chooser.choose(4) for _ in range(3 * (interval + 1))]
     assert set(choices) == {0, 4}  # only the allowed lengths
-    # a probe after every `interval` plain rounds, decided one round ahead (may_draft_next)
+    # a probe after every `interval` plain rounds, decided one round ahead (keep_features)
     assert [i for i, k in enumerate(choices) if k] == [interval, 2 * interval + 1, 3 * interval + 2]
     assert chooser.choose(0) == 0
 

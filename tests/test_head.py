@@ -14,7 +14,8 @@ from mars_cli.decoding.sampling import SamplingParams
 from mars_cli.decoding.verifiers import Verifier
 from mars_cli.errors import UserError
 from mars_cli.head.data import Sequence, extract_features, generate
-from mars_cli.head.drafter import HeadDrafter, load_head
+from mars_cli.decoding.tree import TreeShape
+from mars_cli.head.drafter import STATIC_HEAD_BLOCK, HeadDrafter, load_head
 from mars_cli.head.model import DraftHead, HeadCache, HeadConfig
 from mars_cli.head.train import TrainSettings, head_loss, held_out_acceptance, make_batch, train, vocabulary_subset
 
@@ -424,8 +425,9 @@ def test_resume_continues_only_under_the_recorded_options(tiny_target, tiny_data
 
 
 def test_compiled_head_drafts_what_the_eager_head_drafts(tiny_target):
-    """`--compile on` compiles the head's one-token drafting step (dynamic cache length): the
-    drafts, and so the decoded tokens, are the eager head's (float32)."""
+    """`--compile on` compiles the head's drafting steps on a static head cache (fixed shapes: one
+    graph per number of pairs a step reads): chains and trees are the eager head's (float32),
+    across sequences, cache lengths and a cache that has to grow."""
     from mars_cli.decoding.target import compile_unavailable, resolve_compile
 
     if compile_unavailable(tiny_target.device) is not None:  # then --compile on is refused outright
@@ -443,4 +445,18 @@ def test_compiled_head_drafts_what_the_eager_head_drafts(tiny_target):
             drafter.observe_features(target_features(tiny_target, prompt[: length - 1]))
             drafts.append(drafter.propose(torch.tensor(prompt[:length]), k).tokens.tolist())
         assert drafts[0] == drafts[1] and len(drafts[0]) == k
-    assert compiled.compiled and not eager.compiled
+    assert compiled.compiled and not eager.compiled and compiled.cache.capacity == STATIC_HEAD_BLOCK
+
+    shape = TreeShape(3, 10)
+    trees = []
+    for drafter in (HeadDrafter(head, tiny_target, SamplingParams(0.0), None, shape=shape),
+                    compiled := HeadDrafter(head, tiny_target, SamplingParams(0.0), None, compile=True, shape=shape)):
+        drafter.reset()  # as if a long sequence had gone before: the cache nearly full
+        filler = torch.zeros(head.num_kv_heads, STATIC_HEAD_BLOCK - 8, head.head_dim)
+        drafter.cache.append(filler, filler)
+        drafter.pairs = STATIC_HEAD_BLOCK - 8
+        drafter.observe_features(target_features(tiny_target, prompt[:8]))
+        tree = drafter.propose(torch.tensor(prompt), 4)
+        trees.append((tree.tokens.tolist(), tree.parents.tolist()))
+    assert trees[0] == trees[1] and len(trees[0][0]) == 10
+    assert compiled.cache.capacity == 2 * STATIC_HEAD_BLOCK  # grown to hold the tree's levels

@@ -1,6 +1,6 @@
 """Rounds that do not draft cost a plain step (issue 26): while the chooser has drafting off, a
-round asks the target for no hidden states and the head does not run; the round before a probe
-keeps the features the probe's head needs; the head then reads the pairs it was given."""
+round asks the target for no hidden states and the head does not run; the few rounds before a
+probe keep the features the probe's head reads; the head then reads the pairs it was given."""
 
 from __future__ import annotations
 
@@ -70,30 +70,33 @@ def test_plain_rounds_ask_no_hidden_states_and_run_no_head(tiny_target, tmp_path
     assert tokens == hf_greedy(tiny_target, prompt, max_new, eos=None)  # still the target's own text
     last = stats.rounds
     assert drafted_in and len(drafted_in) <= 4 and last > 40  # mostly plain, a few probes
-    for round_ in range(1, last):  # (the last round's successor never comes)
-        keeps = round_ in drafted_in or round_ + 1 in drafted_in
+    lead = chooser.FEATURE_LEAD
+    for round_ in range(1, last - lead):  # (the last rounds' probes never come)
+        keeps = any(round_ + ahead in drafted_in for ahead in range(lead + 1))  # a draft now or within `lead`
         assert asked_hidden[round_] == keeps, round_
         if round_ not in drafted_in:
             assert head_steps[round_] == 0, round_
         else:
             assert head_steps[round_] > 0, round_
-    assert sum(not asked_hidden[r] for r in range(1, last)) >= last - 3 * len(drafted_in) - 1
+    assert sum(not asked_hidden[r] for r in range(1, last)) >= last - (lead + 2) * len(drafted_in) - 1
 
 
-def test_the_round_before_a_probe_knows_it():
-    """`may_draft_next` is False on every plain round but the one before a probe, and `defer`
-    moves a draft the drafter cannot make to the next round."""
+def test_the_rounds_before_a_probe_know_it():
+    """`keep_features` is False on every plain round but the FEATURE_LEAD before a probe, and
+    `defer` moves a draft the drafter cannot make to the next round."""
     chooser = AdaptiveDraftLength(STEEP, max_k=3)
-    choices, ahead = [], []
+    lead = chooser.FEATURE_LEAD
+    choices, keeps = [], []
     for _ in range(400):  # a probe after each ~100 plain rounds (1% of the time, at 2 steps each)
         choices.append(chooser.choose(3))
-        ahead.append(chooser.may_draft_next())
+        keeps.append(chooser.keep_features())
     probes = [i for i, k in enumerate(choices) if k]
     assert len(probes) >= 3 and all(choices[i - 1] == 0 for i in probes)
-    for i in range(len(choices) - 1):
-        assert ahead[i] == (choices[i] > 0 or choices[i + 1] > 0), i
+    for i in range(len(choices) - lead):
+        assert keeps[i] == any(choices[i + ahead] > 0 for ahead in range(lead + 1)), i
+    assert sum(keeps[: probes[-1] + 1]) == (lead + 1) * len(probes)  # each probe and the lead before it
     chooser.defer()
-    assert chooser.may_draft_next() and chooser.choose(3) > 0
+    assert chooser.keep_features() and chooser.choose(3) > 0
 
 
 def test_after_skipped_rounds_the_head_reads_the_pairs_it_was_given(tiny_target, tmp_path):

@@ -279,3 +279,33 @@ def test_compiled_forwards_decode_as_eager(tiny_target):
     assert scorer.kind == "compiled" and scorer.compiled_widths == {1, 4}
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 2  # one per width, no recompiles
     print(f"compiled decoding with two widths: {time.perf_counter() - start:.1f} s")
+
+
+def test_compiled_draft_model_drafts_what_the_eager_one_drafts(tiny_target, tiny_draft):
+    """`--compile on` with a draft model: its drafting steps (one token, a tree level's frontier)
+    run through the compiled forward on a static cache that starts small and grows (re-reading
+    the history): every round's chain or tree equals the eager draft model's, across sequences."""
+    from mars_cli.decoding.target import compile_unavailable, resolve_compile
+    from mars_cli.decoding.tree import TreeShape
+
+    if compile_unavailable(tiny_draft.device):  # without a compiler the promise is a clear refusal
+        with pytest.raises(UserError, match="--compile on: "):
+            resolve_compile("on", tiny_draft)
+        return
+    rng = random.Random(11)
+    vocab = len(tiny_target.tokenizer)
+    for shape in (TreeShape(1, 0), TreeShape(3, 8)):
+        eager = ModelDrafter(tiny_draft, SamplingParams(0.0), None, shape)
+        compiled = ModelDrafter(tiny_draft, SamplingParams(0.0), None, shape, compile=True)
+        assert compiled.compiled and not eager.compiled
+        for length in (5, 40, 254, 7):  # 254 outgrows the first block: a larger cache, history re-read
+            history = torch.tensor(random_prompt(rng, vocab, length))
+            proposals = []
+            for drafter in (eager, compiled):
+                drafter.reset()
+                first = drafter.propose(history[: length - 2], 4)
+                drafter.commit(length - 3)
+                second = drafter.propose(history, 4)  # after a rollback: the cache cut back, then read on
+                proposals.append([(t.tokens.tolist(), t.parents.tolist()) for t in (first, second)])
+            assert proposals[0] == proposals[1], (shape, length)
+        assert compiled.cache.capacity == 512

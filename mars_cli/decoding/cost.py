@@ -568,9 +568,9 @@ class AdaptiveDraftLength:
     round that does not draft teaches nothing, so while 0 wins a round now and then still drafts
     (a probe, at the best positive length) to keep the acceptance and drafting cost current: after
     PROBE_EVERY plain rounds, or more where a probe is dear, so that probing costs at most
-    PROBE_SHARE of the decoding time (`probe_interval`). A probe is decided one round ahead
-    (`may_draft_next`): the round before it is the only plain round that must hand a draft head
-    the target's features.
+    PROBE_SHARE of the decoding time (`probe_interval`). A probe is decided one round ahead, and
+    foreseen FEATURE_LEAD rounds ahead (`keep_features`): only the plain rounds just before it hand
+    a draft head the target's features.
     Forward costs come from `LiveCosts`: the rounds' own timings, the cached curve until then.
     `lengths`, when given, are the only draft lengths allowed (a compiled scorer has a graph for
     a few widths only); 0 is always allowed."""
@@ -579,6 +579,7 @@ class AdaptiveDraftLength:
     PRIOR_WEIGHT = 2.0
     PROBE_EVERY = 16  # plain rounds between probes, at least
     PROBE_SHARE = 0.01  # what probing may cost, as a share of decoding time, while drafting is off
+    FEATURE_LEAD = 8  # plain rounds before a probe that hand the drafter features (docs/head.md)
 
     def __init__(self, curve: CostCurve, max_k: int, lengths: Sequence[int] | None = None,
                  width: Callable[[int], int] | None = None) -> None:
@@ -595,6 +596,7 @@ class AdaptiveDraftLength:
         self.empty_rounds = 0  # ... that got none
         self.empty_s: list[float] = []  # what asking cost in those (timed ones)
         self.probe_next = False  # decided by a plain round: the next round drafts
+        self.probe_soon = False  # ... a probe comes within FEATURE_LEAD rounds
         self.drafting = True  # the last choice was a draft (or could not be made): the next may be one
 
     @property
@@ -653,8 +655,9 @@ class AdaptiveDraftLength:
         elif best == 0:
             self.rounds_without_draft += 1
             self.probe_next = self._probe_due()
+            self.probe_soon = self.probe_next or self._probe_due(ahead=self.FEATURE_LEAD - 1)
         else:
-            self.probe_next, self.rounds_without_draft = False, 0
+            self.probe_next, self.probe_soon, self.rounds_without_draft = False, False, 0
         self.drafting = best > 0
         return best
 
@@ -664,22 +667,25 @@ class AdaptiveDraftLength:
         the features, and the next round drafts, as a probe if nothing else."""
         self.probe_next, self.drafting = True, False
 
-    def may_draft_next(self) -> bool:
-        """Whether the round after the one just chosen may draft: False only while drafting is
-        off and no probe is due, so that round's plain step need not hand the drafter features."""
-        return self.drafting or self.probe_next
+    def keep_features(self) -> bool:
+        """Whether the round just chosen should hand the drafter the target's features: when the
+        next round may draft, and in the FEATURE_LEAD plain rounds before a probe (a head drafts
+        better having read the recent pairs: docs/head.md). False while drafting is off and no
+        probe is near, so those plain rounds cost a plain step."""
+        return self.drafting or self.probe_next or self.probe_soon
 
     def _model(self, top: int) -> dict:
         return dict(draft_ms=self.draft_cost_ms, max_k=top, lengths=self.lengths, width=self.width,
                     propose_rate=self.propose_rate(), miss_ms=self.miss_ms())
 
-    def _probe_due(self) -> bool:
-        """After this many plain rounds in a row, whether the next round probes (worked out only
-        once PROBE_EVERY have passed)."""
-        if self.rounds_without_draft < self.PROBE_EVERY:
+    def _probe_due(self, ahead: int = 0) -> bool:
+        """After this many plain rounds in a row (and `ahead` more), whether the next round
+        probes (worked out only once PROBE_EVERY can have passed)."""
+        plain = self.rounds_without_draft + ahead
+        if plain < self.PROBE_EVERY:
             return False
         probe = best_draft_length(self.costs, self.acceptance(), min_k=1, **self._model(self.max_k))
-        return self.rounds_without_draft >= self.probe_interval(probe)
+        return plain >= self.probe_interval(probe)
 
     def probe_interval(self, k: int) -> int:
         """Plain rounds between probes of length k: at least PROBE_EVERY, and as many as keep the

@@ -19,8 +19,8 @@ import torch
 from ..errors import UserError
 from ..models import LoadedModel
 from ..notes import note
-from .kv import KVCache
-from .target import FeatureLayers
+from .kv import KVCache, StaticKVCache, compile_forward
+from .target import STATIC_BLOCK, FeatureLayers
 from .tree import CHAIN, DraftTree, FrontierRows, TreeShape, bias_from_visibility, grow_tree, tree_from_paths
 from .sampling import SamplingParams, probabilities, process_logits, sample
 
@@ -154,35 +154,71 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
 class ModelDrafter(Drafter):
     """A smaller causal LM with the target's vocabulary, drafting autoregressively with its
     own KV cache, which is rolled back together with the target's. With a branching shape it grows
-    EAGLE-2's dynamic tree (decoding/tree.py), one forward of the draft model per level."""
+    EAGLE-2's dynamic tree (decoding/tree.py), one forward of the draft model per level.
+
+    `compile` (`--compile on`): a static cache and the drafting forwards (one token, or a tree
+    level's frontier) through the compiled forward the scorer uses (kv.compile_forward: one
+    graph per fed width, CUDA graphs on CUDA); reading the round's new tokens stays eager. The
+    static cache grows in whole STATIC_BLOCKs; a larger one re-reads the history once."""
 
     name = "model"
 
     def __init__(self, draft: LoadedModel, sampling: SamplingParams, generator: torch.Generator | None,
-                 shape: TreeShape = CHAIN) -> None:
+                 shape: TreeShape = CHAIN, compile: bool = False) -> None:
         self.draft = draft
         self.sampling = sampling
         self.generator = generator
         self.shape = shape
-        self.cache = KVCache(draft.model)
+        self.compiled = compile
+        self._cuda_graphs = compile and draft.device.type == "cuda"
+        self._step = compile_forward(draft.model, cuda_graphs=self._cuda_graphs) if compile else None
+        self._static: StaticKVCache | None = None
+        self.reset()
 
     def reset(self) -> None:
-        self.cache = KVCache(self.draft.model)
+        if self._static is not None:
+            with torch.inference_mode():  # a static cache's tensors are inference tensors
+                self._static.reset()
+        self.cache: KVCache | StaticKVCache = KVCache(self.draft.model) if self._static is None else self._static
         self.failed = False
 
     def commit(self, length: int) -> None:
-        self.cache.truncate(length)
+        with torch.inference_mode():  # a static cache's tensors are inference tensors
+            self.cache.truncate(length)
+
+    def _forward(self, tokens: torch.Tensor, **layout: torch.Tensor) -> torch.Tensor:
+        """The draft model's logits [n, V] for `tokens` ([1, n]) fed after its cache: compiled for
+        drafting steps when the cache has been filled once, eager otherwise."""
+        if self._step is None or not self.cache.initialized:
+            return self.cache.forward(tokens, **layout).logits[0]
+        logits, _ = self.cache.call(self._step, tokens.clone(), layout or None)
+        return logits[0].clone() if self._cuda_graphs else logits[0]
+
+    def _make_room(self, history: torch.Tensor, positions: int) -> None:
+        """With `compile`: a static cache with room for `positions` more than the history; a
+        larger one (new graphs) reads the history again from the start."""
+        if self._step is None:
+            return
+        needed = history.shape[0] + positions
+        if self._static is not None and needed <= self._static.capacity:
+            return
+        capacity = -(-needed // STATIC_BLOCK) * STATIC_BLOCK
+        if self._static is not None:
+            capacity = max(capacity, 2 * self._static.capacity)
+        self._static = StaticKVCache(self.draft.model, capacity)
+        self.cache = self._static
 
     @torch.inference_mode()
     def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
         if self.failed:
             return DraftTree.empty(self.draft.device)
+        self._make_room(history, depth * max(self.shape.topk, 1))
         feed = history[len(self.cache) :].to(self.draft.device)[None]
         if self.shape.branches:
             return self._propose_tree(feed, depth)
         tokens, rows, finite = [], [], []
-        for _ in range(depth):
-            logits = self.cache.forward(feed).logits[0, -1]
+        for step in range(depth):
+            logits = (self.cache.forward(feed).logits[0] if step == 0 else self._forward(feed))[-1]
             processed = process_logits(logits, self.sampling)
             if self.sampling.greedy:
                 token = processed.argmax(dim=-1)
@@ -216,10 +252,13 @@ class ModelDrafter(Drafter):
 
         def expand(nodes: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
             visible, depths = rows.place(nodes.tolist(), parents.tolist(), len(self.cache))
+            if isinstance(self.cache, StaticKVCache):  # the mask spans the whole static cache
+                visible = torch.cat([visible, visible.new_zeros(visible.shape[0], self.cache.capacity
+                                                                - visible.shape[1])], dim=1)
             device = self.draft.device
             positions = torch.tensor([[base - 1 + depth for depth in depths]], device=device)
             mask = bias_from_visibility(visible, self.draft.dtype).to(device)
-            logits = self.cache.forward(tokens.to(device)[None], attention_mask=mask, position_ids=positions).logits[0]
+            logits = self._forward(tokens.to(device)[None], attention_mask=mask, position_ids=positions)
             return self._logprobs(logits, finite)
 
         tree = grow_tree(root, expand, self.shape.topk, depth, self.shape.tokens)

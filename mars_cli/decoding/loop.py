@@ -102,8 +102,8 @@ def decode(
         tree = fit(tree, k, None if window is None else window - length - 1, scorer, settings.tree_tokens)
         draft_s = clock.lap("draft")
 
-        # a plain round hands the drafter features only when the next round may draft
-        features_current = draft_length is None or bool(k) or draft_length.may_draft_next()
+        # a plain round hands the drafter features only when a draft is near (the chooser knows)
+        features_current = draft_length is None or bool(k) or draft_length.keep_features()
         scored = scorer.score(pending, tree, width=padded_width(tree, k, settings.tree_tokens),
                               features=features_current)
         target_s = clock.lap("target")

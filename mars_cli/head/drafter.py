@@ -25,6 +25,9 @@ from ..paths import user_head_dir
 from . import validate
 from .eagle3 import CONFIG_FILE, Eagle3Config, Eagle3Head, is_head_directory
 from .model import DraftHead, HeadCache, HeadConfig, PairHead, config_fields
+from .parts import StaticHeadCache
+
+STATIC_HEAD_BLOCK = 512  # a compiled head's static cache grows in whole blocks (each size: new graphs)
 
 SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads"
 
@@ -149,9 +152,12 @@ class HeadDrafter(Drafter):
         self.head = head
         self.shape = shape  # branching: draft a tree (EAGLE-2), `shape.tokens` nodes at most
         self.feature_layers = head.feature_layers_for(target.model)  # what the scorer hands over
-        # `--compile on`: the one-token drafting step (every draft after a round's first) runs
-        # through torch.compile with a dynamic cache length: one graph for all lengths
-        self._extend = torch.compile(head.extend, dynamic=True) if compile else None
+        # `--compile on`: every drafting step (a chain's one pair, a tree level's frontier) runs
+        # through torch.compile on a static head cache: fixed shapes, one graph per number of pairs
+        # a step reads, captured as a CUDA graph on CUDA. Reading the round's true pairs stays eager.
+        self._cuda_graphs = compile and head.fc.weight.device.type == "cuda"
+        mode = "reduce-overhead" if self._cuda_graphs else None
+        self._extend = torch.compile(head.extend, mode=mode, dynamic=False) if compile else None
         self.compiled = compile
         self.min_confidence = min_confidence
         self.target_device = target.device
@@ -162,7 +168,11 @@ class HeadDrafter(Drafter):
         self.reset()
 
     def reset(self) -> None:
-        self.cache = HeadCache()
+        if self._extend is None:
+            self.cache: HeadCache = HeadCache()
+        elif not isinstance(getattr(self, "cache", None), StaticHeadCache):
+            self.cache = self._static_cache(STATIC_HEAD_BLOCK)
+        self.cache.truncate(0)  # a static cache is reused from sequence to sequence
         self.features = torch.empty(0, self.head.feature_width, device=self.head.fc.weight.device)
         self.held = torch.zeros(0, dtype=torch.bool)  # per position: were its features handed over?
         self.known = 0  # positions in the target's cache (with or without features)
@@ -223,15 +233,39 @@ class HeadDrafter(Drafter):
         token = sample(q, self.generator)
         return token, q, float(q[token]) if gating else 1.0
 
-    def _draft_step(self, feature: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
-        """The head reads its own prediction and drafted token (compiled: `extend` on the cache's
-        tensors, the same arithmetic as `step`)."""
+    def _draft_step(self, fed: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+                    visible: torch.Tensor | None = None) -> torch.Tensor:
+        """The head reads n pairs of its own (fed-back states and drafted tokens) after its cache:
+        a chain's next pair, or a tree level's frontier at `positions` seeing `visible`
+        ([n, cached + n]). Compiled: `extend` on the static cache, the same arithmetic as `step`."""
         if self._extend is None:
-            return self.head.step(feature, token, self.cache)
+            return self.head.step(fed, tokens, self.cache, positions, visible)
         cache = self.cache
-        position = torch.full((1,), len(cache), dtype=torch.long, device=feature.device)
-        feature, cache.keys, cache.values = self._extend(feature, token, position, cache.keys, cache.values)
-        return feature
+        start, n, device = len(cache), tokens.shape[0], fed.device
+        slots = torch.arange(start, start + n, device=device)
+        if visible is None:  # a chain: the cache and the new pairs before each
+            visible = torch.ones(n, start + n, dtype=torch.bool, device=device).tril(start)
+        mask = torch.zeros(n, cache.capacity, dtype=torch.bool, device=device)
+        mask[:, : start + n] = visible
+        if self._cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # the last replay's output is not read again
+        state = self._extend(fed, tokens, slots if positions is None else positions, slots, *cache.buffers, mask)
+        cache.length = start + n
+        return state.clone() if self._cuda_graphs else state
+
+    def _static_cache(self, capacity: int) -> StaticHeadCache:
+        head = self.head
+        weight = head.fc.weight
+        return StaticHeadCache(head.num_kv_heads, head.head_dim, capacity, weight.dtype, weight.device)
+
+    def _make_room(self, pairs: int) -> None:
+        """A static cache with room for `pairs` more: a larger one (a new graph) when it has not."""
+        cache = self.cache
+        if not isinstance(cache, StaticHeadCache) or len(cache) + pairs <= cache.capacity:
+            return
+        grown = self._static_cache(-(-(len(cache) + pairs) // STATIC_HEAD_BLOCK) * STATIC_HEAD_BLOCK)
+        grown.append(cache.buffers[0][:, : len(cache)], cache.buffers[1][:, : len(cache)])
+        self.cache = grown
 
     @torch.inference_mode()
     def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
@@ -249,6 +283,7 @@ class HeadDrafter(Drafter):
             positions = self.read + torch.nonzero(held).flatten()
             tokens = history[positions + 1].to(self.features.device)
             features = self.features[positions.to(self.features.device)]
+        self._make_room(tokens.shape[0] + depth * max(self.shape.topk, 1))
         feature = self.head.step(features, tokens, self.cache)[-1:]
         self.pairs += tokens.shape[0]
         self.read = self.known
@@ -295,7 +330,7 @@ class HeadDrafter(Drafter):
             visible, depths = rows.place(node_ids, parent_ids, len(self.cache))
             fed = torch.stack([root[0] if parent < 0 else state[parent] for parent in parent_ids])
             positions = torch.tensor([base + depth - 1 for depth in depths], device=root.device)
-            produced = self.head.step(fed, self.vocab_ids[tokens], self.cache, positions, visible.to(root.device))
+            produced = self._draft_step(fed, self.vocab_ids[tokens], positions, visible.to(root.device))
             for row, node in enumerate(node_ids):
                 state[node] = produced[row]
             return logprobs(self.head.logits(produced))

@@ -6,7 +6,7 @@ borrow, the fp16 weights file. Kept in one place so the two heads cannot drift a
 At position p a head reads the pair (f_p, x_{p+1}): the target's features at p and the embedding
 of the token that followed. It predicts a state from which it scores the next token, and while
 drafting it feeds that state back with the token it just drafted. `PairHead` owns what every such
-head shares: reading pairs into its own KV cache (`step`), the compiled one-token step (`extend`)
+head shares: reading pairs into its own KV cache (`step`), the compiled drafting step (`extend`)
 and the training-time unroll (`unrolled`); a subclass says how a pair is projected (`_project`,
 usually through `_attention_inputs`), how the attention output becomes the fed-back state
 (`_finish`) and how that state is scored (`logits`, over `vocab_ids`, the target token id of each
@@ -89,6 +89,41 @@ class HeadCache:
         if self.keys is not None and self.keys.shape[1] > length:
             self.keys = self.keys[:, :length]
             self.values = self.values[:, :length]
+
+
+class StaticHeadCache(HeadCache):
+    """A head cache of fixed capacity, preallocated ([kv heads, capacity, head_dim] each), for
+    `--compile on`: a compiled drafting step (`PairHead.extend`) writes its pairs in place and
+    attends over the whole buffer through a mask, so its shapes never change with the sequence's
+    length (one graph per number of pairs a step reads; CUDA graphs on CUDA). Reading true pairs,
+    whose number varies, stays eager through `append`, which returns the filled part."""
+
+    def __init__(self, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+        self.buffers = (torch.zeros(kv_heads, capacity, head_dim, dtype=dtype, device=device),
+                        torch.zeros(kv_heads, capacity, head_dim, dtype=dtype, device=device))
+        from torch import _dynamo
+
+        for buffer in self.buffers:  # the same tensors every call: a captured graph may read them in place
+            _dynamo.mark_static_address(buffer)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        end = self.length + keys.shape[1]
+        if end > self.capacity:
+            raise ValueError(f"the head's static cache holds {self.capacity} pairs, {end} were asked for")
+        self.buffers[0][:, self.length : end] = keys
+        self.buffers[1][:, self.length : end] = values
+        self.length = end
+        return self.buffers[0][:, :end], self.buffers[1][:, :end]
+
+    def truncate(self, length: int) -> None:
+        self.length = min(self.length, length)
 
 
 class PairHead(nn.Module, ABC):
@@ -193,15 +228,18 @@ class PairHead(nn.Module, ABC):
         attended = F.scaled_dot_product_attention(q, self._expand_kv(keys), self._expand_kv(values), attn_mask=mask)
         return self._finish(x, attended)
 
-    def extend(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
-               keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One drafting step as a pure function, for `torch.compile`: a single new pair
-        ([1, h] state, [1] token, [1] position) after `keys`/`values` ([kv heads, T, d]); returns
-        (state [1, h], keys, values) with the pair appended. Same arithmetic as `step`."""
+    def extend(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+               keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """A drafting step as a function of fixed shapes, for `torch.compile`: n new pairs ([n, h]
+        fed-back states, [n] tokens, [n] RoPE positions) written into the static buffers `keys`/
+        `values` ([kv heads, capacity, d]) at rows `slots` ([n]), each attending to the rows
+        `visible` marks ([n, capacity] bool). Returns the states [n, h]. Same arithmetic as `step`."""
         x, q, k, v = self._project(features, tokens, positions)
-        keys, values = torch.cat([keys, k], dim=1), torch.cat([values, v], dim=1)
-        attended = F.scaled_dot_product_attention(q, self._expand_kv(keys), self._expand_kv(values))
-        return self._finish(x, attended), keys, values
+        keys.index_copy_(1, slots, k)
+        values.index_copy_(1, slots, v)
+        attended = F.scaled_dot_product_attention(q, self._expand_kv(keys), self._expand_kv(values),
+                                                  attn_mask=visible)
+        return self._finish(x, attended)
 
     def _device(self) -> torch.device:
         return next(self.parameters()).device
