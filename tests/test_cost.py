@@ -66,9 +66,9 @@ def test_drafting_that_does_not_pay_is_switched_off_with_probes():
     assert chooser.choose(4) == 4  # nothing measured yet: the prior says draft
     for _ in range(50):
         chooser.observe(drafted=4, accepted=0 if _ % 3 else 1, draft_s=0.0032)
-    # a probe costs 2.40 + 3.2 - 2.33 = 3.27 ms over a plain step: 1% of the time allows one in 141
+    # a probe costs 2.40 + 3.2 - 2.33 = 3.27 ms over a plain step: 0.5% of the time allows one in 281
     interval = chooser.probe_interval(4)
-    assert interval == math.ceil(3.27 / (0.01 * 2.33))
+    assert interval == math.ceil(3.27 / (0.005 * 2.33))
     choices = [chooser.choose(4) for _ in range(3 * (interval + 1))]
     assert set(choices) == {0, 4}  # only the allowed lengths
     # a probe after every `interval` plain rounds, decided one round ahead (keep_features)
@@ -199,11 +199,11 @@ def test_the_miss_model_weighs_proposing_rounds_and_plain_ones():
 
 def test_probes_are_rarer_where_they_are_dear():
     """While drafting is off, probing costs at most PROBE_SHARE of the time: a probe costing a
-    tenth of a plain step more comes every PROBE_EVERY rounds, one costing 60% more every 60."""
-    cheap = AdaptiveDraftLength(CostCurve({}, {1: 50.0, 5: 55.0}), max_k=4, lengths=(4,))
+    twenty-fifth of a plain step more comes every PROBE_EVERY rounds, one costing 60% more every 120."""
+    cheap = AdaptiveDraftLength(CostCurve({}, {1: 50.0, 5: 52.0}), max_k=4, lengths=(4,))
     dear = AdaptiveDraftLength(CostCurve({}, {1: 50.0, 5: 80.0}), max_k=4, lengths=(4,))
-    assert cheap.probe_interval(4) == AdaptiveDraftLength.PROBE_EVERY  # 10% extra: 10 rounds, but at least 16
-    assert dear.probe_interval(4) == 60  # 30 ms extra / (1% of 50 ms)
+    assert cheap.probe_interval(4) == AdaptiveDraftLength.PROBE_EVERY  # 2 ms extra: 8 rounds, but at least 16
+    assert dear.probe_interval(4) == 120  # 30 ms extra / (0.5% of 50 ms)
 
 
 def test_round_times_overrule_a_curve_that_is_wrong_here():

@@ -87,7 +87,7 @@ def test_the_rounds_before_a_probe_know_it():
     chooser = AdaptiveDraftLength(STEEP, max_k=3)
     lead = chooser.FEATURE_LEAD
     choices, keeps = [], []
-    for _ in range(400):  # a probe after each ~100 plain rounds (1% of the time, at 2 steps each)
+    for _ in range(700):  # a probe after each ~200 plain rounds (0.5% of the time, at 2 steps each)
         choices.append(chooser.choose(3))
         keeps.append(chooser.keep_features())
     probes = [i for i, k in enumerate(choices) if k]

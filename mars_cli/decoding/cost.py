@@ -540,14 +540,19 @@ class LiveCosts:
     def __init__(self, curve: CostCurve) -> None:
         self.curve = curve
         self.timed: dict[int, deque[float]] = {}
+        self._medians: dict[int, float | None] = {}  # read many times a round: worked out once per change
 
     def observe(self, width: int, ms: float) -> None:
         """One round's target forward of `width` took `ms`."""
         self.timed.setdefault(width, deque(maxlen=self.LIVE_KEEP)).append(ms)
+        self._medians.pop(width, None)
 
     def _live(self, width: int) -> float | None:
-        samples = self.timed.get(width)
-        return statistics.median(samples) if samples is not None and len(samples) >= self.LIVE_MIN else None
+        if width not in self._medians:
+            samples = self.timed.get(width)
+            enough = samples is not None and len(samples) >= self.LIVE_MIN
+            self._medians[width] = statistics.median(samples) if enough else None
+        return self._medians[width]
 
     def cost(self, width: int) -> float:
         live = self._live(width)
@@ -578,7 +583,7 @@ class AdaptiveDraftLength:
     PRIOR_RATE = 0.6
     PRIOR_WEIGHT = 2.0
     PROBE_EVERY = 16  # plain rounds between probes, at least
-    PROBE_SHARE = 0.01  # what probing may cost, as a share of decoding time, while drafting is off
+    PROBE_SHARE = 0.005  # what probing may cost, as a share of decoding time, while drafting is off
     FEATURE_LEAD = 8  # plain rounds before a probe that hand the drafter features (docs/head.md)
 
     def __init__(self, curve: CostCurve, max_k: int, lengths: Sequence[int] | None = None,
