@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,7 @@ def main() -> None:
     steps = {c["dtype"]: c["ms_per_step"] for c in measured["candidates"]}
     evals = {}
     for dtype in (chosen, OTHER[chosen]):
+        shutil.rmtree(args.out / f"eval-{dtype}", ignore_errors=True)  # a rerun replaces its own earlier run
         evals[dtype] = default_vs_plain(mars(
             ["eval", "--suite", "chat,code", "--limit", str(args.limit), "--methods", "vanilla,strict",
              "--draft", "auto", "--dtype", dtype, "--max-new-tokens", str(args.max_new_tokens),

@@ -51,9 +51,12 @@ MIN_AGREEMENT = 0.90
 CHECK_PROMPTS = 3  # the first calibration prompts (mars_cli/data/calibration_prompts.jsonl)
 CHECK_TOKENS = 64  # each truncated to this many tokens
 CALIBRATION_PROMPTS = Path(__file__).parent / "data" / "calibration_prompts.jsonl"
-PROMPT_TOKENS = 16  # prefilled before the timed steps
+# prefilled before the timed steps: a decoding step's context, as the cost curve's (at 16 tokens
+# emulated bfloat16 stepped 3% faster than float32 on this project's Xeon, at 200 4% slower, and
+# decoding at 50-300 tokens ran 9% slower in it: the choice must be timed where decoding runs)
+PROMPT_TOKENS = cost.CONTEXT_TOKENS
 STEPS = 8  # single-token cached forwards per timed block (ms per step: the block's time / STEPS)
-REPEATS = 3  # timed blocks per dtype, interleaved across dtypes; the median counts
+REPEATS = 5  # timed blocks per dtype, interleaved across dtypes; the median counts
 MAX_SPREAD = 2.0  # a dtype's slowest block over its fastest beyond this: the machine is not steady
 # A lower precision is chosen only when its step is at most this fraction of float32's: within noise
 # float32, exact, stays (the chosen dtype is then within 3% of the fastest).

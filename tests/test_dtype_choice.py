@@ -32,14 +32,16 @@ def cache(tmp_path, monkeypatch):
 
 
 class Probe:
-    """The timing probe, mocked: fixed milliseconds per step for each dtype, calls counted."""
+    """The timing probe, mocked: fixed milliseconds per step for each dtype (the blocks given,
+    repeated in turn up to the REPEATS blocks a full measurement has), calls counted."""
 
     def __init__(self, ms: dict[str, list[float]]) -> None:
         self.ms, self.asked = ms, []
 
     def __call__(self, target, use, names, deadline=None):
         self.asked.append(list(names))
-        return {name: list(self.ms[name]) for name in names}
+        blocks = dtype_choice.REPEATS
+        return {name: [self.ms[name][i % len(self.ms[name])] for i in range(blocks)] for name in names}
 
 
 @pytest.fixture
@@ -102,7 +104,7 @@ def test_the_real_probe_interleaves_dtypes_and_leaves_float32_weights(tiny_targe
     # each warmed up just before its first timed block, then A B A B ...
     repeats = dtype_choice.REPEATS
     assert used == ["float32", "float32", "bfloat16", "bfloat16"] + ["float32", "bfloat16"] * (repeats - 1)
-    assert {name: len(values) for name, values in ms.items()} == {"float32": 3, "bfloat16": 3}
+    assert {name: len(values) for name, values in ms.items()} == {"float32": repeats, "bfloat16": repeats}
     assert all(0 < value < 60_000 for values in ms.values() for value in values)
     assert {p.dtype for p in tiny_target.model.parameters()} == {torch.float32}
 

@@ -115,7 +115,7 @@ def test_head_that_predicts_the_target_is_fully_accepted(tiny_target):
     full = prompt + expected
 
     class OracleHead(DraftHead):
-        def step(self, features, tokens, cache):
+        def step(self, features, tokens, cache, positions=None, visible=None):  # (a chain: neither)
             start = len(cache)
             cache.append(torch.zeros(1, tokens.shape[0], 1), torch.zeros(1, tokens.shape[0], 1))
             return target_features(tiny_target, full[: start + tokens.shape[0] + 1])[start + 1 :]

@@ -1,0 +1,76 @@
+"""Where the default `mars generate` spends its rounds against plain decoding (issue 26).
+
+One loaded target, two sessions (`--draft none`; `--draft auto --num-draft auto`), the same
+prompts interleaved; prints tokens/s, milliseconds per round by phase, the ratio, and what the
+chooser learnt. `--chooser-off` keeps the default from ever drafting (no probes either), which
+measures what its plain rounds cost over a plain step: the chooser's bookkeeping, and anything a
+round that does not draft still pays.
+
+    python benchmarks/tools/default_rounds.py --dtype bfloat16
+    python benchmarks/tools/default_rounds.py --dtype bfloat16 --chooser-off --limit 6 --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from mars_cli.evaluation.suites import load_suite
+from mars_cli.options import DecodingOptions
+from mars_cli.session import Session
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--suites", default="chat,code")
+    parser.add_argument("--limit", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--chooser-off", action="store_true", help="the default never drafts (no probes)")
+    parser.add_argument("--verbose", action="store_true", help="one line per prompt and method")
+    args = parser.parse_args()
+
+    plain = Session(DecodingOptions.of(dtype=args.dtype, draft="none", max_new_tokens=args.max_new_tokens))
+    default = Session(DecodingOptions.of(dtype=args.dtype, draft="auto", num_draft="auto",
+                                         max_new_tokens=args.max_new_tokens), target=plain.target)
+    chooser = default.draft_length()
+    if args.chooser_off and chooser is not None:
+        chooser.PROBE_EVERY = 10 ** 9  # never due
+        chooser.draft_cost_ms = lambda k: 1e9  # drafting never pays: plain rounds, with all the chooser's work
+    prompts = [default.encode(sample.turns[0]) for suite in args.suites.split(",")
+               for sample in load_suite(suite).samples[: args.limit]]
+    sessions = {"plain": plain, "default": default}
+    totals = {name: {"wall": 0.0, "tokens": 0, "rounds": 0, "phases": {}} for name in sessions}
+    per_round: dict[str, list[float]] = {name: [] for name in sessions}
+    for repeat in range(args.repeats):
+        for index, prompt in enumerate(prompts):
+            order = list(sessions) if (index + repeat) % 2 == 0 else list(reversed(sessions))
+            for name in order:
+                stats = sessions[name].run(prompt).stats
+                total = totals[name]
+                total["wall"] += stats.wall_s
+                total["tokens"] += stats.new_tokens
+                total["rounds"] += stats.rounds
+                for phase, seconds in stats.phase_s.items():
+                    total["phases"][phase] = total["phases"].get(phase, 0.0) + seconds
+                per_round[name].append(1000 * stats.wall_s / stats.rounds)
+                if args.verbose:
+                    print(f"  {name} prompt {index}: {stats.rounds} rounds, {per_round[name][-1]:.2f} ms a round, "
+                          f"{stats.drafted} drafted")
+    for name, total in totals.items():
+        phases = {phase: round(1000 * seconds / total["rounds"], 2) for phase, seconds in total["phases"].items()}
+        print(f"{name}: {total['tokens'] / total['wall']:.2f} tok/s, {1000 * total['wall'] / total['rounds']:.2f} "
+              f"ms a round over {total['rounds']} rounds; ms a round by phase {phases}")
+    rate = {name: t["tokens"] / t["wall"] for name, t in totals.items()}
+    pairs = [b / a for a, b in zip(per_round["plain"], per_round["default"])]
+    print(f"default vs plain: {rate['default'] / rate['plain']:.3f}x tokens/s; a round costs "
+          f"{statistics.median(pairs):.4f}x a plain one (median over prompts)")
+    if chooser is not None:
+        print(f"chooser: acceptance {[round(a, 2) for a in chooser.acceptance()[:4]]}, rounds that drafted "
+              f"{chooser.proposed_rounds}, drafting lengths timed {sorted(chooser.time_by_k)}, live ms by width "
+              f"{ {w: round(chooser.costs.cost(w), 1) for w in sorted(chooser.costs.timed)} }")
+
+
+if __name__ == "__main__":
+    main()
