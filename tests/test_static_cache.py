@@ -309,3 +309,31 @@ def test_compiled_draft_model_drafts_what_the_eager_one_drafts(tiny_target, tiny
                 proposals.append([(t.tokens.tolist(), t.parents.tolist()) for t in (first, second)])
             assert proposals[0] == proposals[1], (shape, length)
         assert compiled.cache.capacity == 512
+
+
+def test_a_compiled_draft_model_past_its_sliding_window_drafts_eagerly(tiny_gemma3, capsys):
+    """A draft model with sliding-window layers gets a static cache only within its window (24
+    here: not a whole block of 256, so exactly what is needed); past it the drafter says so once
+    and drafts eagerly on a growing cache, proposing what the eager drafter proposes."""
+    from mars_cli import notes
+    from mars_cli.decoding.target import compile_unavailable, resolve_compile
+
+    if compile_unavailable(tiny_gemma3.device):  # without a compiler the promise is a clear refusal
+        with pytest.raises(UserError, match="--compile on: "):
+            resolve_compile("on", tiny_gemma3)
+        return
+    notes._SHOWN.clear()
+    vocab = len(tiny_gemma3.tokenizer)
+    history = torch.tensor(random_prompt(random.Random(4), vocab, 40))
+    eager = ModelDrafter(tiny_gemma3, SamplingParams(0.0), None)
+    compiled = ModelDrafter(tiny_gemma3, SamplingParams(0.0), None, compile=True)
+    for length in (12, 16, 36):  # 12 + 3 drafts fit the window; 36 does not
+        proposals = []
+        for drafter in (eager, compiled):
+            drafter.commit(length - 4)  # the last round's drafts rolled back
+            proposals.append(drafter.propose(history[:length], 3).tokens.tolist())
+        assert proposals[0] == proposals[1] and len(proposals[0]) == 3, length
+        if length < 36:
+            assert isinstance(compiled.cache, StaticKVCache) and compiled.cache.capacity <= 24
+    assert not isinstance(compiled.cache, StaticKVCache) and compiled._step is None
+    assert capsys.readouterr().err.count("do not fit a static cache") == 1

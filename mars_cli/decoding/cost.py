@@ -654,8 +654,7 @@ class AdaptiveDraftLength:
         top = min(room, self.max_k)
         best = best_draft_length(self.costs, self.acceptance(), min_k=0, **self._model(top))
         if best == 0 and self.probe_next:  # decided last round, which kept the features a head needs
-            self.probe_next = False
-            self.rounds_without_draft = 0
+            self.probe_next, self.probe_soon, self.rounds_without_draft = False, False, 0
             best = best_draft_length(self.costs, self.acceptance(), min_k=1, **self._model(top))
         elif best == 0:
             self.rounds_without_draft += 1

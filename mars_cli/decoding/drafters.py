@@ -19,7 +19,7 @@ import torch
 from ..errors import UserError
 from ..models import LoadedModel
 from ..notes import note
-from .kv import KVCache, StaticKVCache, compile_forward
+from .kv import KVCache, StaticCacheUnsupported, StaticKVCache, compile_forward
 from .target import STATIC_BLOCK, FeatureLayers
 from .tree import CHAIN, DraftTree, FrontierRows, TreeShape, bias_from_visibility, grow_tree, tree_from_paths
 from .sampling import SamplingParams, probabilities, process_logits, sample
@@ -205,7 +205,18 @@ class ModelDrafter(Drafter):
         capacity = -(-needed // STATIC_BLOCK) * STATIC_BLOCK
         if self._static is not None:
             capacity = max(capacity, 2 * self._static.capacity)
-        self._static = StaticKVCache(self.draft.model, capacity)
+        for size in (capacity, needed):  # whole blocks; else exactly what is needed (a short sliding window)
+            try:
+                self._static = StaticKVCache(self.draft.model, size)
+                break
+            except StaticCacheUnsupported:
+                continue
+        else:  # this sequence cannot fit a static cache of the draft model: eager from here on
+            note(f"draft model {self.draft.spec}: {needed} positions do not fit a static cache; drafting "
+                 "eagerly on a growing cache", once=True)
+            self._step, self._static = None, None
+            self.cache = KVCache(self.draft.model)
+            return
         self.cache = self._static
 
     @torch.inference_mode()
