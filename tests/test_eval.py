@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +37,25 @@ def test_builtin_suites_load_with_references(name):
         assert all(s.reference["reference"].strip() for s in suite.samples)
     if suite.metric == "tests":
         assert all({"test", "entry_point"} <= s.reference.keys() for s in suite.samples)
+
+
+def test_the_multiturn_suite_is_held_out_and_not_in_all():
+    """Two turns a sample, eight categories of three (MT-bench's layout, our own prompts); no
+    turn is a head-training or calibration prompt; `--suite all` keeps meaning the five single-turn
+    suites its recorded results were made with."""
+    from mars_cli.evaluation.suites import load_suites
+
+    suite = load_suite("multiturn")
+    assert suite.metric is None and all(len(sample.turns) == 2 for sample in suite.samples)
+    data = Path(__file__).resolve().parent.parent / "mars_cli" / "data"
+    lines = [json.loads(line) for line in (data / "suites" / "multiturn.jsonl").read_text().splitlines()]
+    assert sorted(Counter(line["category"] for line in lines).values()) == [3] * 8
+    trained = {json.loads(line)["prompt"].strip().lower()
+               for name in ("head_prompts.jsonl", "head_prompts_large.jsonl", "calibration_prompts.jsonl")
+               for line in (data / name).read_text().splitlines() if line.strip()}
+    assert not {turn.strip().lower() for sample in suite.samples for turn in sample.turns} & trained
+    names, _ = load_suites("all", 1, allow_code_execution=False)
+    assert names == ["chat", "code", "math", "summarize", "translate"]
 
 
 def test_humaneval_suite_loads_from_the_package():

@@ -19,7 +19,9 @@ BUILTIN = {  # name -> task metric
     "math": "exact_number",
     "summarize": "rouge_l",
     "translate": "chrf",
+    "multiturn": None,  # MT-bench-style two-turn conversations, 8 categories (written for this project)
 }
+ALL = ("chat", "code", "math", "summarize", "translate")  # --suite all: the single-turn ones
 HUMANEVAL_STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
 
 
@@ -75,12 +77,12 @@ def load_suite(spec: str, limit: int | None = None) -> Suite:
 
 
 def load_suites(text: str, limit: int | None, allow_code_execution: bool) -> tuple[list[str], list[Suite]]:
-    """--suite's comma-separated specs ("all" is the built-in five) and their suites. Suites scored
+    """--suite's comma-separated specs ("all" is the five single-turn built-ins) and their suites. Suites scored
     by running generated code (code, humaneval, a JSONL file with `test` fields) run alike without
     --allow-code-execution: speed and agreement are measured, the task metric is not, and one line
     on stderr says so."""
     specs = [part.strip() for part in text.split(",") if part.strip()]
-    specs = [name for spec in specs for name in (list(BUILTIN) if spec == "all" else [spec])]
+    specs = [name for spec in specs for name in (list(ALL) if spec == "all" else [spec])]
     suites = [load_suite(spec, limit) for spec in specs]
     names = [suite.name for suite in suites]
     twice = next((name for index, name in enumerate(names) if name in names[:index]), None)
