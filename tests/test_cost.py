@@ -58,7 +58,7 @@ def test_chooser_learns_acceptance_and_shortens_for_a_poor_drafter():
 def test_drafting_that_does_not_pay_is_switched_off_with_probes():
     """A captured GPU forward (2.4 ms, flat) against a drafter of 0.8 ms a token accepted 30% of
     the time (measured on the H200, docs/benchmarks.md): plain decoding wins, so auto stops
-    drafting, yet every PROBE_EVERY-th round still drafts to keep measuring."""
+    drafting, yet a probe still drafts now and then (probe_interval) to keep measuring."""
     captured = CostCurve({}, {1: 2.33, 5: 2.40})
     assert best_draft_length(captured, [0.3] * 4, draft_ms=0.8, max_k=4, min_k=0) == 0
     assert best_draft_length(captured, [0.9] * 4, draft_ms=0.1, max_k=4, min_k=0) == 4  # a good, cheap drafter
@@ -160,7 +160,7 @@ def test_a_trees_drafting_time_belongs_to_the_depth_it_searched():
 def test_a_dear_drafter_that_is_asked_but_proposes_nothing_stops_being_asked():
     """A head below its confidence gate returns no draft but spent its time (4 ms against a 50 ms
     plain step): such rounds teach how often it proposes and what a miss costs, so the chooser
-    turns drafting off (probing every PROBE_EVERY-th round) instead of paying every round."""
+    turns drafting off (probing now and then) instead of paying every round."""
     chooser = AdaptiveDraftLength(FLAT, max_k=4)
     assert chooser.choose(4) > 0  # the prior says draft
     for _ in range(40):
@@ -199,7 +199,7 @@ def test_the_miss_model_weighs_proposing_rounds_and_plain_ones():
 
 def test_probes_are_rarer_where_they_are_dear():
     """While drafting is off, probing costs at most PROBE_SHARE of the time: a probe costing a
-    twenty-fifth of a plain step more comes every PROBE_EVERY rounds, one costing 60% more every 120."""
+    twenty-fifth of a plain step more comes after PROBE_EVERY plain rounds, one costing 60% more every 120."""
     cheap = AdaptiveDraftLength(CostCurve({}, {1: 50.0, 5: 52.0}), max_k=4, lengths=(4,))
     dear = AdaptiveDraftLength(CostCurve({}, {1: 50.0, 5: 80.0}), max_k=4, lengths=(4,))
     assert cheap.probe_interval(4) == AdaptiveDraftLength.PROBE_EVERY  # 2 ms extra: 8 rounds, but at least 16
