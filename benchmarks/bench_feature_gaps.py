@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 from pathlib import Path
 
 import torch
 
+from mars_cli.decoding.cost import _cpu_matrix_flags, _cpu_name
 from mars_cli.decoding.loop import DecodeSettings, decode
 from mars_cli.decoding.stats import DecodeStats
 from mars_cli.options import DecodingOptions
@@ -94,7 +94,7 @@ def main() -> None:
                                         for name, f in figures.items()}})
     result = {
         "command": " ".join(["python", *sys.argv]),
-        "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+        "machine": {"cpu": " ".join([_cpu_name(), *_cpu_matrix_flags()]), "threads": torch.get_num_threads(),
                     "torch": torch.__version__},
         "config": {"suites": args.suites, "limit": args.limit, "num_draft": args.num_draft,
                    "max_new_tokens": args.max_new_tokens, "dtype": "float32", "verify": "strict"},

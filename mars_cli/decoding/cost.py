@@ -13,6 +13,7 @@ about 10 s at most (`curve_for`); a cache that cannot be written costs a note, n
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -181,11 +182,16 @@ MATRIX_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_
                 "amx_int8", "asimd", "sve", "sve2", "bf16", "i8mm", "sme")
 
 
+@functools.cache
+def _cpuinfo() -> tuple[str, ...]:
+    """/proc/cpuinfo's lines, read once per process (Linux; elsewhere none)."""
+    info = Path("/proc/cpuinfo")
+    return tuple(info.read_text().splitlines()) if info.is_file() else ()
+
+
 def _cpu_matrix_flags() -> list[str]:
     """Which of MATRIX_FLAGS this CPU lists (Linux; elsewhere none are known)."""
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.is_file() else []
-    for line in lines:
+    for line in _cpuinfo():
         name, _, value = line.partition(":")
         if name.strip() in ("flags", "Features"):
             present = set(value.split())
@@ -228,9 +234,7 @@ def _cpu_name() -> str:
     """The CPU's model name (Linux), else what the platform module reports."""
     import platform
 
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.is_file() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    names = [line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")]
     return names[0] if names else platform.processor() or platform.machine()
 
 
@@ -658,8 +662,13 @@ class AdaptiveDraftLength:
             best = best_draft_length(self.costs, self.acceptance(), min_k=1, **self._model(top))
         elif best == 0:
             self.rounds_without_draft += 1
-            self.probe_next = self._probe_due()
-            self.probe_soon = self.probe_next or self._probe_due(ahead=self.FEATURE_LEAD - 1)
+            plain, lead = self.rounds_without_draft, self.FEATURE_LEAD - 1
+            if plain + lead >= self.PROBE_EVERY:  # a probe may be near: when is it due (never before PROBE_EVERY)?
+                probe = best_draft_length(self.costs, self.acceptance(), min_k=1, **self._model(self.max_k))
+                interval = self.probe_interval(probe)
+                self.probe_next, self.probe_soon = plain >= interval, plain + lead >= interval
+            else:
+                self.probe_next = self.probe_soon = False
         else:
             self.probe_next, self.probe_soon, self.rounds_without_draft = False, False, 0
         self.drafting = best > 0
@@ -681,15 +690,6 @@ class AdaptiveDraftLength:
     def _model(self, top: int) -> dict:
         return dict(draft_ms=self.draft_cost_ms, max_k=top, lengths=self.lengths, width=self.width,
                     propose_rate=self.propose_rate(), miss_ms=self.miss_ms())
-
-    def _probe_due(self, ahead: int = 0) -> bool:
-        """After this many plain rounds in a row (and `ahead` more), whether the next round
-        probes (worked out only once PROBE_EVERY can have passed)."""
-        plain = self.rounds_without_draft + ahead
-        if plain < self.PROBE_EVERY:
-            return False
-        probe = best_draft_length(self.costs, self.acceptance(), min_k=1, **self._model(self.max_k))
-        return plain >= self.probe_interval(probe)
 
     def probe_interval(self, k: int) -> int:
         """Plain rounds between probes of length k: at least PROBE_EVERY, and as many as keep the

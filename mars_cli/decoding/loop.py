@@ -103,7 +103,7 @@ def decode(
         draft_s = clock.lap("draft")
 
         # a plain round hands the drafter features only when a draft is near (the chooser knows)
-        features_current = draft_length is None or bool(k) or draft_length.keep_features()
+        features_current = draft_length is None or draft_length.keep_features()
         scored = scorer.score(pending, tree, width=padded_width(tree, k, settings.tree_tokens),
                               features=features_current)
         target_s = clock.lap("target")

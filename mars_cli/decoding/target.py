@@ -51,7 +51,7 @@ class Scored:
 
     logits: torch.Tensor
     features: torch.Tensor | None
-    width: int = 0
+    width: int
 
 
 COMPILE_CHOICES = ("auto", "on", "off")
