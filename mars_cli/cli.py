@@ -238,6 +238,9 @@ def train_head(
     learning_rate: Annotated[float, typer.Option("--lr", help="Peak learning rate (warm-up, then cosine).")] = 1e-3,
     depth: Annotated[int, typer.Option(
         "--depth", help="Drafting steps unrolled in training (the head learns from its own predictions).")] = 3,
+    loss: Annotated[str, typer.Option(
+        "--loss", help="soft: match the target's whole distribution over the draft vocabulary (distillation); "
+                       "hard: only its top token.")] = "soft",
     seed: Annotated[int, typer.Option("--seed", help="Random seed: initial weights and data order.")] = 0,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue from the checkpoint next to --out (data already generated is always reused).")] = False,
@@ -252,7 +255,7 @@ def train_head(
     require(not options.drafting.adaptive, "train-head: --num-draft needs a number (the draft length that "
                                            "held-out acceptance is measured at)")
     settings = TrainSettings(architecture=architecture, epochs=epochs, batch_size=batch_size,
-                             learning_rate=learning_rate, depth=depth, vocab=vocab,
+                             learning_rate=learning_rate, depth=depth, loss=loss, vocab=vocab,
                              num_draft=options.drafting.max_draft, seed=seed)
     recipe = HeadRecipe(prompts, max_new_tokens, generate_batch, settings, sampled_share, sample_temperature)
     recipe.validate()

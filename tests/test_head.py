@@ -279,7 +279,8 @@ def test_sampled_share_answers_some_prompts_by_sampling(tiny_target, tmp_path):
     sequences = generate(tiny_target, prompts, tmp_path / "gen.jsonl", answering, 4)
     modes = {json.loads(line)["index"]: json.loads(line)["mode"] for line in (tmp_path / "gen.jsonl").open()}
     assert sorted(i for i, m in modes.items() if m == "sampled") == [i for i in range(10) if answering.sampled(i)]
-    assert sum(answering.sampled(i) for i in range(10)) == 5
+    # half of the prompts, spread out, except the held-out one (index 9): held-out answers are greedy
+    assert [i for i in range(10) if answering.sampled(i)] == [1, 3, 5, 7]
     for sequence in sequences:
         if not answering.sampled(sequence.index):  # greedy ones are the target's greedy answers
             assert sequence.output_ids == hf_greedy(tiny_target, sequence.prompt_ids, 12)
@@ -359,6 +360,8 @@ def test_cli_trains_a_head_that_generate_then_finds(capsys, tiny_dir, tmp_path, 
     (["--sampled-share", "1.5"], "--sampled-share"),
     (["--seed", "18446744073709551617"], "--seed"),
     (["--lr", "0"], "--lr"),
+    (["--loss", "kl"], "--loss kl: expected one of soft, hard"),
+    (["--depth", "17"], "--depth must be at most 16"),
 ])
 def test_cli_train_head_bad_input_is_one_line(capsys, tiny_dir, tmp_path, args, message):
     from .test_cli import run_cli
@@ -460,3 +463,78 @@ def test_compiled_head_drafts_what_the_eager_head_drafts(tiny_target):
         trees.append((tree.tokens.tolist(), tree.parents.tolist()))
     assert trees[0] == trees[1] and len(trees[0][0]) == 10
     assert compiled.cache.capacity == 2 * STATIC_HEAD_BLOCK  # grown to hold the tree's levels
+
+
+def test_hard_loss_is_the_cross_entropy_of_the_target_top_token(tiny_target, tiny_data, tmp_path):
+    """--loss hard: a one-hot label on the target's top token within the draft vocabulary; soft:
+    the target's whole distribution there. Both on the valid pairs only."""
+    import torch.nn.functional as F
+
+    from mars_cli.head.train import feature_layers, new_eagle3_head
+
+    sequences, _ = tiny_data
+    features = extract_features(tiny_target, sequences[:4], tmp_path / "f", 4,
+                                layers=feature_layers("eagle3", tiny_target.model))
+    torch.manual_seed(0)
+    head = new_eagle3_head(tiny_target, torch.arange(40), {})
+    rows = tiny_target.model.get_output_embeddings().weight.detach()[head.vocab_ids].float()
+    tokens, feats, valid, _ = make_batch(sequences[:4], features, 512)
+    width = head.feature_width
+    with torch.no_grad():
+        (predicted,) = head.unrolled(feats[:, :-1, :width], tokens[:, 1:], 1)
+        pairs = valid[:, 1:]
+        target_logits = feats[:, 1:, width:][pairs] @ rows.T
+        head_logp = torch.log_softmax(head.logits(predicted[pairs]), dim=-1)
+        hard, _ = head_loss(head, tokens, feats, valid, 1, rows, "hard")
+        soft, _ = head_loss(head, tokens, feats, valid, 1, rows, "soft")
+    expected_hard = F.nll_loss(head_logp, target_logits.argmax(-1))
+    expected_soft = -(torch.softmax(target_logits, -1) * head_logp).sum(-1).mean()
+    torch.testing.assert_close(hard, expected_hard)
+    torch.testing.assert_close(soft, expected_soft)
+    assert not torch.allclose(hard, soft)
+
+
+def test_distillation_lowers_the_held_out_divergence(tiny_target, tiny_data, tmp_path):
+    """The soft (distillation) loss brings the head's first-draft distribution closer to the
+    target's on held-out answers: KL(target || head) falls well below the untrained head's, and
+    below that of the same training on hard labels (which sharpens the head instead)."""
+    from mars_cli.head.train import feature_layers, held_out_divergence, new_eagle3_head, split
+
+    sequences, _ = tiny_data
+    features = extract_features(tiny_target, sequences, tmp_path / "f", 5,
+                                layers=feature_layers("eagle3", tiny_target.model))
+    trained = {}
+    for loss in ("soft", "hard"):
+        settings = TrainSettings(architecture="eagle3", epochs=6, batch_size=4, learning_rate=3e-3, depth=2,
+                                 vocab=30, seed=0, loss=loss, checkpoint_every=100)
+        trained[loss] = train(tiny_target, sequences, features, settings, tmp_path / f"{loss}.ckpt", False, {})
+    head, held, _ = trained["soft"]
+    torch.manual_seed(0)  # the untrained head train() starts from
+    untrained = new_eagle3_head(tiny_target, head.vocab_ids, {}).eval()
+    rows = tiny_target.model.get_output_embeddings().weight.detach()[head.vocab_ids].float()
+    _, held_set = split(sequences)
+    before = held_out_divergence(untrained, held_set, features, 512, rows)
+    assert held.divergence == pytest.approx(held_out_divergence(head, held_set, features, 512, rows))
+    assert 0.0 < held.divergence < 0.8 * before
+    assert held.divergence < trained["hard"][1].divergence
+
+
+def test_resume_refuses_another_loss(tiny_target, tiny_data, tmp_path):
+    """--loss is among the options a checkpoint records: resuming under the other one is one line."""
+    from mars_cli.errors import UserError
+    from mars_cli.head.recipe import HeadRecipe
+
+    sequences, features = tiny_data
+    soft = TrainSettings(architecture="eagle1", epochs=1, batch_size=4, vocab=30, depth=1, checkpoint_every=2)
+    hard = TrainSettings(**{**soft.__dict__, "loss": "hard"})
+
+    def stop_at_3(step: int, total: int, loss: float) -> None:  # after the step-2 checkpoint
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_target, sequences, features, soft, tmp_path / "c.ckpt", False, {}, stop_at_3,
+              HeadRecipe(settings=soft).resume_options("p"))
+    with pytest.raises(UserError, match=r"--resume: --loss differs from the interrupted run \('soft' there, 'hard' now\)"):
+        train(tiny_target, sequences, features, hard, tmp_path / "c.ckpt", True, {}, None,
+              HeadRecipe(settings=hard).resume_options("p"))

@@ -32,6 +32,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--every", type=int, default=1,
+                        help="answer only the prompts whose index is a multiple of this (a study's subset)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     prompts, _, _ = load_prompts(args.prompts, args.prompts, 10)
@@ -47,6 +49,8 @@ def main() -> None:
               "greedy": [(lambda i: not answering.sampled(i), True)],
               "sampled-then-greedy": [(answering.sampled, False), (lambda i: not answering.sampled(i), True)]}
     for select, longest_first in passes[args.modes]:
+        if args.every > 1:
+            select = (lambda pick: lambda i: i % args.every == 0 and (pick is None or pick(i)))(select)
         answered = generate(target, prompts, args.out, answering, args.batch, report, select, longest_first)
         print(f"{len(answered)} answers, {sum(len(s.output_ids) for s in answered)} answer tokens in {args.out}",
               flush=True)

@@ -27,8 +27,9 @@ import torch
 from ..decoding.target import LAST_LAYER, FeatureLayers, select_features
 from ..models import LoadedModel
 from ..paths import cache_dir
-from ..prompts import encode_messages
+from ..prompts import encode_messages, is_held_out
 
+HELD_OUT_EVERY = 10  # the answer to every tenth prompt is held out (prompts.is_held_out)
 HEAD_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "head_prompts.jsonl"
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -57,13 +58,19 @@ class Answering:
     seed: int = 0
 
     def sampled(self, index: int) -> bool:
-        """Spread evenly over the prompt order: prompt i is sampled when floor(i * share) steps."""
+        """Spread evenly over the prompt order: prompt i is sampled when floor(i * share) steps,
+        unless it is held out. Held-out answers measure what strict greedy decoding accepts, so
+        they are always greedy (with the plain rule and a share of 0.5 every held-out prompt, an
+        odd index, was sampled, and the held-out figure measured the sampling)."""
+        if is_held_out(index, HELD_OUT_EVERY):
+            return False
         return int((index + 1) * self.sampled_share) > int(index * self.sampled_share)
 
     def key(self) -> str:
         if self.sampled_share == 0:
             return str(self.max_new_tokens)  # as before sampling existed: old caches stay valid
-        return f"{self.max_new_tokens}|{self.sampled_share}|{self.temperature}|{self.top_p}|{self.seed}"
+        # "held-greedy": caches made when held-out prompts could be sampled are not mixed in
+        return f"{self.max_new_tokens}|{self.sampled_share}|{self.temperature}|{self.top_p}|{self.seed}|held-greedy"
 
 
 SHARD = 512  # sequences per features file

@@ -19,11 +19,12 @@ from ..prompts import load_prompts
 from . import data as head_data
 from .eagle3 import Eagle3Head
 from .parts import PairHead
-from .train import ARCHITECTURES, HELD_OUT_EVERY, HeldOut, TrainSettings, feature_layers, load_checkpoint, train
+from .train import ARCHITECTURES, HELD_OUT_EVERY, LOSSES, HeldOut, TrainSettings, feature_layers, load_checkpoint, train
 
 Report = Callable[[str, int, int], None]  # (stage, done, total) while generating and extracting
 OnStep = Callable[[int, int, float], None]  # (step, total steps, loss) while training
 MAX_LEARNING_RATE = 1.0  # heads train at ~1e-4..1e-2; beyond 1 AdamW's steps swamp any weight
+MAX_DEPTH = 16  # training-time test: deeper than any tree the default searches (6 levels), 16x the cost
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class HeadRecipe:
         check_seed(settings.seed)
         require(0.0 < self.sample_temperature <= 2.0,
                 f"--sample-temperature must be in (0, 2], got {self.sample_temperature}")
+        require(settings.loss in LOSSES, f"--loss {settings.loss}: expected one of {', '.join(LOSSES)}")
         require(settings.architecture in ARCHITECTURES,
                 f"--arch {settings.architecture}: expected one of {', '.join(ARCHITECTURES)}")
         require(self.generate_batch >= 1, f"--generate-batch must be at least 1, got {self.generate_batch}")
@@ -60,6 +62,7 @@ class HeadRecipe:
                 f"--lr must be in (0, {MAX_LEARNING_RATE:g}], got {settings.learning_rate}")
         require(min(settings.epochs, settings.batch_size, settings.depth) >= 1,
                 "--epochs, --batch-size and --depth must be at least 1")
+        require(settings.depth <= MAX_DEPTH, f"--depth must be at most {MAX_DEPTH}, got {settings.depth}")
 
     def resume_options(self, prompts_sha256: str) -> dict:
         """The options a checkpoint records, by flag: those that shape the data, the head or the
@@ -69,7 +72,8 @@ class HeadRecipe:
         return {"--arch": settings.architecture, "--prompts": prompts_sha256, "--max-new-tokens": self.max_new_tokens,
                 "--sampled-share": self.sampled_share, "--sample-temperature": self.sample_temperature,
                 "--vocab": settings.vocab, "--epochs": settings.epochs, "--batch-size": settings.batch_size,
-                "--lr": settings.learning_rate, "--depth": settings.depth, "--seed": settings.seed}
+                "--lr": settings.learning_rate, "--depth": settings.depth, "--loss": settings.loss,
+                "--seed": settings.seed}
 
 
 def checkpoint_path(destination: Path) -> Path:

@@ -33,16 +33,18 @@ from ..errors import UserError, require
 from .. import models
 from ..models import LoadedModel, cpu_computes_bfloat16
 from ..prompts import is_held_out
-from .data import Sequence
+from .data import HELD_OUT_EVERY, Sequence
 from .eagle3 import Eagle3Config, Eagle3Head, default_aux_layers
 from .model import DraftHead, HeadConfig
 from .parts import PairHead
 
-HELD_OUT_EVERY = 10
 REGRESSION_WEIGHT = 1.0
 CLASSIFICATION_WEIGHT = 0.1
 STEP_DECAY = 0.8  # EAGLE-3: the loss of unrolled step d weighs 0.8^(d-1)
 ARCHITECTURES = ("eagle3", "eagle1")
+# soft: cross-entropy against the target's whole distribution over the draft vocabulary
+# (distillation, as EAGLE-3 and HASS train); hard: against its top token there (a one-hot label)
+LOSSES = ("soft", "hard")
 
 
 def feature_layers(architecture: str, target_model: torch.nn.Module) -> tuple[int, ...]:
@@ -60,6 +62,7 @@ class TrainSettings:
     batch_size: int = 8
     learning_rate: float = 1e-3
     depth: int = 3
+    loss: str = "soft"  # one of LOSSES
     vocab: int = 8192  # 0: the full vocabulary
     max_length: int = 512
     num_draft: int = 4  # chain length for the held-out acceptance figure
@@ -76,6 +79,7 @@ class HeldOut:
     per_position: list[float] = field(default_factory=list)  # P(draft d accepted | d-1 accepted)
     mean_accepted: float = 0.0
     coverage: float = 0.0  # share of answer tokens inside the head's vocabulary subset
+    divergence: float = 0.0  # mean KL(target || head) of the first draft over the draft vocabulary, nats
 
     @property
     def tau(self) -> float:
@@ -118,31 +122,39 @@ def make_batch(batch: list[Sequence], features: dict[int, torch.Tensor], max_len
 
 
 def head_loss(head: PairHead, tokens, feats, valid, depth: int,
-              target_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+              target_rows: torch.Tensor | None = None, loss: str = "soft") -> tuple[torch.Tensor, dict[str, float]]:
     """Pairs (f_p, x_{p+1}) predict the target's distribution at p + 1 (read from its final
     state there; `target_rows` are its LM-head rows of the head's vocabulary, eagle3) and, for an
-    eagle1 head, the final state itself."""
+    eagle1 head, the final state itself. `loss` "hard" replaces that distribution by its top
+    token (see LOSSES)."""
     width, eagle3 = head.feature_width, isinstance(head, Eagle3Head)
     # a feature row is [what the head reads | the target's final state] (eagle3) or that state alone
     final = feats[:, 1:, width:] if eagle3 else feats[:, 1:, :width]
     inputs, next_tokens = feats[:, :-1, :width], tokens[:, 1:]
     pair_valid = valid[:, 1:]
+    # the vocabulary-wide work (scores, softmax) runs on the valid pairs only: padding is up to
+    # half of a batch of answers, and those rows dominate a training step's cost
+    final_rows = final[pair_valid]  # [N, H]
     with torch.no_grad():
-        target_logits = final @ target_rows.T if eagle3 else head.logits(final)
-        target_p = torch.softmax(target_logits, dim=-1)
+        target_logits = final_rows @ target_rows.T if eagle3 else head.logits(final_rows)
+        labels = target_logits.argmax(-1) if loss == "hard" else torch.softmax(target_logits, dim=-1)
     total, weights = torch.zeros(()), 0.0
     parts = {}
     for d, predicted in enumerate(head.unrolled(inputs, next_tokens, depth), start=1):
         mask = pair_valid.clone()
-        mask[:, : d - 1] = False
-        weight = mask.float()
-        count = weight.sum().clamp(min=1.0)
-        cross = (-(target_p * torch.log_softmax(head.logits(predicted), dim=-1)).sum(-1) * weight).sum() / count
+        mask[:, : d - 1] = False  # pass d drafts from position d - 1 on
+        keep = mask[pair_valid]  # the same pairs among the valid ones
+        if not bool(keep.any()):
+            cross = regression = predicted.sum() * 0.0  # nothing to score at this depth (short batch)
+        else:
+            rows = predicted[mask]
+            # soft labels: cross-entropy against the target's probabilities (entropy included)
+            cross = F.cross_entropy(head.logits(rows), labels[keep])
+            regression = None if eagle3 else F.smooth_l1_loss(rows, final_rows[keep], reduction="none").mean(-1).mean()
         if eagle3:
             scale = STEP_DECAY ** (d - 1)
             total, weights = total + scale * cross, weights + scale
         else:
-            regression = (F.smooth_l1_loss(predicted, final, reduction="none").mean(-1) * weight).sum() / count
             total, weights = total + REGRESSION_WEIGHT * regression + CLASSIFICATION_WEIGHT * cross, weights + 1.0
         parts[f"ce{d}"] = float(cross.detach())
     return total / weights, parts
@@ -183,6 +195,29 @@ def held_out_acceptance(head: PairHead, sequences: list[Sequence], features: dic
     return HeldOut(rounds=rounds, per_position=per_position,
                    mean_accepted=sum(accepted_at) / rounds if rounds else 0.0,
                    coverage=covered / total_answer if total_answer else 0.0)
+
+
+@torch.no_grad()
+def held_out_divergence(head: PairHead, sequences: list[Sequence], features: dict[int, torch.Tensor],
+                        max_length: int, target_rows: torch.Tensor | None = None, batch_size: int = 8) -> float:
+    """Mean KL(target || head) in nats at every answer position, for the first draft (true
+    features), both restricted to the draft vocabulary: a smooth companion of the acceptance
+    figure that sees the whole distribution, not only its argmax. The target's distribution comes
+    from its final state stored after the head's features (eagle3, with `target_rows` its LM-head
+    rows of the draft vocabulary) or from the head's own scoring of that state (eagle1)."""
+    width, eagle3 = head.feature_width, isinstance(head, Eagle3Head)
+    total, count = 0.0, 0
+    for start in range(0, len(sequences), batch_size):
+        tokens, feats, valid, answer = make_batch(sequences[start : start + batch_size], features, max_length)
+        final = feats[:, 1:, width:] if eagle3 else feats[:, 1:, :width]
+        target_logp = torch.log_softmax(final @ target_rows.T if eagle3 else head.logits(final), dim=-1)
+        (predicted,) = head.unrolled(feats[:, :-1, :width], tokens[:, 1:], 1)
+        head_logp = torch.log_softmax(head.logits(predicted), dim=-1)
+        kl = (target_logp.exp() * (target_logp - head_logp)).sum(-1)
+        scored = answer[:, 1:] & valid[:, 1:]  # pair p predicts position p + 1, an answer token
+        total += float(kl[scored].sum())
+        count += int(scored.sum())
+    return total / count if count else 0.0
 
 
 def learning_rate(step: int, total: int, peak: float) -> float:
@@ -284,13 +319,13 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, total, settings.learning_rate)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=fast):  # fp32 weights and optimizer
-            loss, _ = head_loss(head, tokens, feats, valid, settings.depth, target_rows)
+            objective, _ = head_loss(head, tokens, feats, valid, settings.depth, target_rows, settings.loss)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        objective.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
         step += 1
-        losses.append(float(loss.detach()))
+        losses.append(float(objective.detach()))
         # diverged: every later step, and the head saved at the end, would be NaN (the last
         # checkpoint written holds the weights before it)
         require(math.isfinite(losses[-1]), f"training diverged at step {step} of {total} (loss {losses[-1]}); "
@@ -307,6 +342,7 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
     # so chains drafted along it measure the sampling, not what strict greedy decoding accepts
     greedy_held = [s for s in held_set if s.mode == "greedy"] or held_set
     held = held_out_acceptance(head, greedy_held, features, settings.num_draft, settings.max_length)
+    held.divergence = held_out_divergence(head, greedy_held, features, settings.max_length, target_rows)
     return head, held, losses
 
 
