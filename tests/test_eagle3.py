@@ -237,3 +237,29 @@ def test_cli_generate_with_a_broken_head_directory_is_one_line(capsys, tiny_dir,
                            "--draft", f"head:{directory}", "-n", "4")
     assert code == 2 and "missing norm.weight" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_the_head_drafts_in_the_session_dtype(tiny_dir, tiny_target, tmp_path):
+    """A bfloat16 session gets a bfloat16 head (weights, kept features, its cache): no float32
+    matmuls nor casts beside a bfloat16 target. Its sampling q stays float32 and sums to 1; a
+    float32 session keeps a float32 head."""
+    from mars_cli.models import load_model
+
+    directory = write_public_head(tmp_path / "head", tiny_target, seed=2)
+    assert {p.dtype for p in load_head(f"head:{directory}", tiny_target).parameters()} == {torch.float32}
+    target = load_model(str(tiny_dir), device="cpu", dtype="bfloat16")
+    head = load_head(f"head:{directory}", target)
+    assert {p.dtype for p in head.parameters()} == {torch.bfloat16}
+    ids = random_prompt(random.Random(7), len(target.tokenizer), 10)
+    features = aux_features(target, ids, head)
+    for sampling in (SamplingParams(0.0), SamplingParams(1.0)):
+        drafter = HeadDrafter(head, target, sampling, torch.Generator().manual_seed(0))
+        drafter.observe_features(features[:-1])
+        tree = drafter.propose(torch.tensor(ids), 4)
+        assert drafter.features.dtype == torch.bfloat16 and drafter.cache.keys.dtype == torch.bfloat16
+        assert tree.tokens.numel() == 4 and all(0 <= t < len(target.tokenizer) for t in tree.tokens.tolist())
+        if not sampling.greedy:
+            assert tree.q.dtype == torch.float32
+            torch.testing.assert_close(tree.q.sum(-1), torch.ones(4))
+    output = run(target, HeadDrafter(head, target, SamplingParams(0.0), None), ids, 12, 3)
+    assert len(output) == 12

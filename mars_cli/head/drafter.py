@@ -87,6 +87,10 @@ def load_head(spec: str, target: LoadedModel, allow_pickle: bool = False) -> Pai
         head = DraftHead.load(path, device=target.output_device, dtype=torch.float32,
                               check=lambda config: _check_single_file(config, path, target), max_parameters=limit)
     head.source = str(path)
+    # drafting in the session's dtype (the one measured fastest for the target's steps, or asked
+    # for): a float32 head beside a bfloat16 target cast every feature and paid float32 matmuls
+    if target.dtype.is_floating_point and target.dtype != torch.float32:
+        head = head.to(dtype=target.dtype)
     return head.attach(target.model)
 
 
@@ -173,7 +177,8 @@ class HeadDrafter(Drafter):
         elif not isinstance(getattr(self, "cache", None), StaticHeadCache):
             self.cache = self._static_cache(STATIC_HEAD_BLOCK)
         self.cache.truncate(0)  # a static cache is reused from sequence to sequence
-        self.features = torch.empty(0, self.head.feature_width, device=self.head.fc.weight.device)
+        weight = self.head.fc.weight  # features kept in the head's dtype, on its device
+        self.features = torch.empty(0, self.head.feature_width, device=weight.device, dtype=weight.dtype)
         self.held = torch.zeros(0, dtype=torch.bool)  # per position: were its features handed over?
         self.known = 0  # positions in the target's cache (with or without features)
         self.read = 0  # positions the head has read up to
@@ -205,7 +210,7 @@ class HeadDrafter(Drafter):
         end = self.known + count
         if end > self.features.shape[0]:
             size = max(2 * end, 256)
-            grown = torch.empty(size, self.features.shape[1], device=self.features.device)
+            grown = torch.empty(size, self.features.shape[1], device=self.features.device, dtype=self.features.dtype)
             grown[: self.known] = self.features[: self.known]
             self.features = grown
             held = torch.zeros(size, dtype=torch.bool)
@@ -221,7 +226,7 @@ class HeadDrafter(Drafter):
         """(token id, q over the full vocabulary when sampling, the head's probability of the
         token: computed only when confidence gating reads it). When sampling, whether q was
         finite is appended to `finite` (a NaN q is replaced by a flat one, never sampled from)."""
-        scores = self.head.logits(feature)
+        scores = self.head.logits(feature).float()  # q in float32 whatever the head's dtype
         gating = self.min_confidence > 0
         if self.sampling.greedy:
             best = scores.argmax()
