@@ -21,7 +21,7 @@ from ..models import LoadedModel
 from ..notes import note
 from .kv import KVCache, StaticCacheUnsupported, StaticKVCache, compile_forward
 from .target import STATIC_BLOCK, FeatureLayers
-from .tree import CHAIN, DraftTree, FrontierRows, TreeShape, bias_from_visibility, grow_tree, tree_from_paths
+from .tree import CHAIN, DraftTree, FrontierRows, TreeShape, bias_from_visibility, grow_tree, pool_size, tree_from_paths
 from .sampling import SamplingParams, probabilities, process_logits, sample
 
 
@@ -259,15 +259,15 @@ class ModelDrafter(Drafter):
         base = len(self.cache) + feed.shape[1]  # the history's length once fed
         finite: list[torch.Tensor] = []
         root = self._logprobs(self.cache.forward(feed).logits[0, -1], finite)
-        rows = FrontierRows(base)
+        rows = FrontierRows(base, pool_size(self.shape.topk, depth), root.device)
 
         def expand(nodes: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
-            visible, depths = rows.place(nodes.tolist(), parents.tolist(), len(self.cache))
+            visible, level = rows.place(nodes, parents, len(self.cache))
             if isinstance(self.cache, StaticKVCache):  # the mask spans the whole static cache
                 visible = torch.cat([visible, visible.new_zeros(visible.shape[0], self.cache.capacity
                                                                 - visible.shape[1])], dim=1)
             device = self.draft.device
-            positions = torch.tensor([[base - 1 + depth for depth in depths]], device=device)
+            positions = torch.full((1, nodes.numel()), base - 1 + level, device=device)
             mask = bias_from_visibility(visible, self.draft.dtype).to(device)
             logits = self._forward(tokens.to(device)[None], attention_mask=mask, position_ids=positions)
             return self._logprobs(logits, finite)

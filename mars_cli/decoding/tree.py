@@ -221,29 +221,39 @@ def grow_tree(root_logprobs: torch.Tensor, expand: Expand, topk: int, depth: int
     return cut_tree(all_tokens, all_parents, all_scores, all_depths, total)
 
 
+def pool_size(topk: int, depth: int) -> int:
+    """How many nodes `grow_tree` scores at most: `topk` children of the root, then `topk`
+    children of each of `topk` frontier nodes per further level."""
+    return topk + max(0, depth - 1) * topk * topk
+
+
 class FrontierRows:
     """Where a drafter's own cache holds each node it has fed while growing a tree, so the next
-    frontier attends to the right rows: the `prefix` true positions, its ancestors, itself."""
+    frontier attends to the right rows: the `prefix` true positions, its ancestors, itself.
 
-    def __init__(self, prefix: int) -> None:
-        self.prefix = prefix
-        self.column: dict[int, int] = {}  # search node -> its row in the drafter's cache
-        self.parent_of: dict[int, int] = {}
-        self.depth_of: dict[int, int] = {-1: 0}
+    Kept as tensors on the drafter's device (for each search node, the cache columns it sees), so
+    placing a level is a few tensor operations: no per-node Python and no transfer to the host.
+    `grow_tree` feeds one level per call, so the nodes of the n-th call all sit at depth n."""
 
-    def place(self, nodes: list[int], parents: list[int], cached: int) -> tuple[torch.Tensor, list[int]]:
-        """Feed `nodes` (children of `parents`) after `cached` rows: returns which rows each may
-        see ([m, cached + m] bool) and each node's depth (its position is the root's + depth)."""
-        visible = torch.zeros(len(nodes), cached + len(nodes), dtype=torch.bool)
-        visible[:, : self.prefix] = True
-        for row, (node, parent) in enumerate(zip(nodes, parents)):
-            self.parent_of[node], self.depth_of[node] = parent, self.depth_of[parent] + 1
-            self.column[node] = cached + row
-            ancestor = node
-            while ancestor >= 0:
-                visible[row, self.column[ancestor]] = True
-                ancestor = self.parent_of[ancestor]
-        return visible, [self.depth_of[node] for node in nodes]
+    def __init__(self, prefix: int, pool: int, device: torch.device) -> None:
+        """`pool`: the search's node ids are below it (`pool_size`); a tree feeds fewer nodes than
+        that, so `prefix + pool` columns hold every row the tree adds to the cache."""
+        self.root = torch.zeros(prefix + pool, dtype=torch.bool, device=device)
+        self.root[:prefix] = True  # a child of the root sees the true positions only, then itself
+        self.seen = torch.zeros(pool, prefix + pool, dtype=torch.bool, device=device)  # node -> columns
+        self.depth = 0
+
+    def place(self, nodes: torch.Tensor, parents: torch.Tensor, cached: int) -> tuple[torch.Tensor, int]:
+        """Feed `nodes` (children of `parents`, -1 for the root; search-pool ids, on the device)
+        after `cached` rows: returns which rows each may see ([m, cached + m] bool) and their depth
+        (their position is the root's + depth)."""
+        m = nodes.numel()
+        rows = torch.where((parents < 0)[:, None], self.root, self.seen[parents.clamp(min=0)])
+        own = torch.arange(m, device=rows.device)
+        rows[own, cached + own] = True
+        self.seen[nodes] = rows
+        self.depth += 1
+        return rows[:, : cached + m], self.depth
 
 
 def cut_tree(tokens: torch.Tensor, parents: torch.Tensor, scores: torch.Tensor, depths: torch.Tensor,

@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..decoding.drafters import Drafter
-from ..decoding.tree import CHAIN, DraftTree, FrontierRows, TreeShape, grow_tree
+from ..decoding.tree import CHAIN, DraftTree, FrontierRows, TreeShape, grow_tree, pool_size
 from ..decoding.sampling import SamplingParams, probabilities, process_logits, sample
 from ..errors import UserError
 from ..models import LoadedModel
@@ -321,8 +321,10 @@ class HeadDrafter(Drafter):
         step over the frontier, every pair seeing the true pairs and its own ancestors only, at the
         position its depth gives it. The tree's proposals are verified as given (no q)."""
         base = len(self.cache)  # true pairs; a node at depth d sits at position base + d - 1
-        rows = FrontierRows(base)
-        state: dict[int, torch.Tensor] = {}  # search node -> the state its pair produced
+        device = root.device
+        pool = pool_size(self.shape.topk, depth)
+        rows = FrontierRows(base, pool, device)
+        states = root.new_zeros(pool, root.shape[-1])  # search node -> the state its pair produced
         finite: list[torch.Tensor] = []  # NaN scores would disorder the search: -inf, and the tree dropped
 
         def logprobs(scores: torch.Tensor) -> torch.Tensor:
@@ -331,13 +333,12 @@ class HeadDrafter(Drafter):
             return checked
 
         def expand(nodes: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
-            node_ids, parent_ids = nodes.tolist(), parents.tolist()
-            visible, depths = rows.place(node_ids, parent_ids, len(self.cache))
-            fed = torch.stack([root[0] if parent < 0 else state[parent] for parent in parent_ids])
-            positions = torch.tensor([base + depth - 1 for depth in depths], device=root.device)
-            produced = self._draft_step(fed, self.vocab_ids[tokens], positions, visible.to(root.device))
-            for row, node in enumerate(node_ids):
-                state[node] = produced[row]
+            """One head step over the whole frontier: tensors throughout, no per-node Python."""
+            visible, level = rows.place(nodes, parents, len(self.cache))
+            fed = torch.where((parents < 0)[:, None], root, states[parents.clamp(min=0)])
+            positions = torch.full((nodes.numel(),), base + level - 1, device=device)
+            produced = self._draft_step(fed, self.vocab_ids[tokens], positions, visible)
+            states[nodes] = produced.to(states.dtype)
             return logprobs(self.head.logits(produced))
 
         root_logprobs = logprobs(self.head.logits(root[0]))
