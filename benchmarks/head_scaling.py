@@ -15,8 +15,9 @@ generations answer `head_prompts_large.jsonl`). Each finished arm is written at 
 checkpoint. `table.md` and `scaling.png` are redrawn after every arm.
 
 Arm keys: tokens (a share of the training answer tokens, or a count such as 200k), epochs, depth,
-loss (soft, hard), vocab, lr, batch. Defaults: the whole set, 1 epoch, depth 3, soft, 8192,
-1e-3, 16 sequences a step.
+loss (soft, hard), vocab, lr, batch, init (`shipped` or a head directory: fine-tune that head,
+with its draft vocabulary, instead of training a fresh one). Defaults: the whole set, 1 epoch,
+depth 3, soft, 8192, 1e-3, 16 sequences a step, a fresh head.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from mars_cli.models import load_model
 from mars_cli.paths import cache_dir
 
 ARM_DEFAULTS = {"tokens": "1", "epochs": "1", "depth": "3", "loss": "soft", "vocab": "8192", "lr": "1e-3",
-                "batch": "16"}
+                "batch": "16", "init": ""}
 SHIPPED_HEAD = Path(__file__).resolve().parent.parent / "mars_cli" / "heads" / "smollm2-135m"
 
 
@@ -89,15 +90,24 @@ def held_figures(held: HeldOut) -> dict:
 
 
 def write_table(results: dict, out: Path) -> None:
-    lines = ["| arm | answer tokens | epochs | depth | loss | vocab | steps | train min | held-out tau (k=4) "
-             "| acceptance by position (conditional) | KL first draft (nats) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | starts from | answer tokens | epochs | depth | loss | vocab | steps | train min "
+             "| held-out tau (k=4) | acceptance by position (conditional) | KL first draft (nats) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in results.items():
-        lines.append(f"| {name} | {row.get('answer_tokens', '-'):,} | {row.get('epochs', '-')} | {row.get('depth', '-')} "
+        start = "-" if name == "shipped" else (row.get("init") or "fresh")
+        lines.append(f"| {name} | {start} | {row.get('answer_tokens', '-'):,} | {row.get('epochs', '-')} | {row.get('depth', '-')} "
                      f"| {row.get('loss', '-')} | {row.get('vocab', '-')} | {row.get('steps', '-')} "
                      f"| {row.get('train_minutes', '-')} | {row['tau']:.3f} "
                      f"| {' '.join(f'{p:.2f}' for p in row['per_position'])} | {row['kl']:.3f} |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
+
+
+def tokens_seen(row: dict, results: dict) -> int:
+    """Answer tokens times epochs, plus the starting head's when the arm fine-tunes one."""
+    seen = row["answer_tokens"] * row.get("epochs", 1)
+    if row.get("init") == "shipped" and "shipped" in results:
+        seen += tokens_seen(results["shipped"], results)
+    return seen
 
 
 def draw(results: dict, out: Path) -> None:
@@ -110,14 +120,14 @@ def draw(results: dict, out: Path) -> None:
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name, row in results.items():
+        seen = tokens_seen(row, results)
         for axis, key in ((left, "tau"), (right, "kl")):
-            marker = "*" if name == "shipped" else "o"
-            axis.scatter(row["answer_tokens"], row[key], marker=marker, s=60)
-            axis.annotate(name, (row["answer_tokens"], row[key]), textcoords="offset points", xytext=(4, 4),
-                          fontsize=8)
+            marker = "*" if name == "shipped" else ("s" if row.get("init") else "o")
+            axis.scatter(seen, row[key], marker=marker, s=60)
+            axis.annotate(name, (seen, row[key]), textcoords="offset points", xytext=(4, 4), fontsize=8)
     for axis, label in ((left, "held-out chain tau (k = 4, strict greedy)"), (right, "KL(target || head), nats")):
         axis.set_xscale("log")
-        axis.set_xlabel("training answer tokens")
+        axis.set_xlabel("answer tokens trained on (x epochs; a fine-tuned head's included)")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
     figure.suptitle("EAGLE-3 head for SmolLM2-135M: held-out figures by training recipe")
@@ -188,13 +198,17 @@ def main() -> None:
                 print(f"{name}: step {step}/{total} loss {loss:.3f} ({time.perf_counter() - started:.0f} s)",
                       file=sys.stderr, flush=True)
 
+        initial = None
+        if values["init"]:
+            initial = load_head(f"head:{SHIPPED_HEAD if values['init'] == 'shipped' else values['init']}", target)
         # held-out answers ride along for train() to split off and measure (greedy ones only)
         head, held, losses = train(target, chosen + held_set, features, settings, checkpoint, checkpoint.exists(),
-                                   {"study": "benchmarks/head_scaling.py", "arm": values}, progress, options)
+                                   {"study": "benchmarks/head_scaling.py", "arm": values}, progress, options, initial)
         minutes = (time.perf_counter() - started) / 60
         head.save_pretrained(study / "heads" / name)
         checkpoint.unlink(missing_ok=True)
         results[name] = {"answer_tokens": sum(len(s.output_ids) for s in chosen), "answers": len(chosen),
+                         "init": values["init"] or None,
                          "epochs": settings.epochs, "depth": settings.depth, "loss": settings.loss,
                          "vocab": settings.vocab, "lr": settings.learning_rate, "batch": settings.batch_size,
                          "steps": len(losses), "train_minutes": round(minutes, 1),

@@ -538,3 +538,26 @@ def test_resume_refuses_another_loss(tiny_target, tiny_data, tmp_path):
     with pytest.raises(UserError, match=r"--resume: --loss differs from the interrupted run \('soft' there, 'hard' now\)"):
         train(tiny_target, sequences, features, hard, tmp_path / "c.ckpt", True, {}, None,
               HeadRecipe(settings=hard).resume_options("p"))
+
+
+def test_fine_tuning_starts_from_the_given_head(tiny_target, tiny_data, tmp_path):
+    """train(initial=head): the head's weights and draft vocabulary are the starting point (a
+    near-zero learning rate returns them), and training from there lowers the loss further."""
+    from mars_cli.head.train import feature_layers
+
+    sequences, _ = tiny_data
+    features = extract_features(tiny_target, sequences, tmp_path / "f", 5,
+                                layers=feature_layers("eagle3", tiny_target.model))
+    settings = TrainSettings(architecture="eagle3", epochs=3, batch_size=4, learning_rate=3e-3, depth=2, vocab=30,
+                             seed=0, checkpoint_every=100)
+    first, _, losses = train(tiny_target, sequences, features, settings, tmp_path / "a.ckpt", False, {})
+    still = TrainSettings(**{**settings.__dict__, "epochs": 1, "learning_rate": 1e-12, "vocab": 12})
+    same, _, _ = train(tiny_target, sequences, features, still, tmp_path / "b.ckpt", False, {}, initial=first)
+    assert torch.equal(same.vocab_ids, first.vocab_ids)  # its vocabulary, not --vocab's 12
+    for (name, a), b in zip(first.state_dict().items(), same.state_dict().values()):
+        torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=1e-6, msg=name)
+    _, _, more = train(tiny_target, sequences, features, settings, tmp_path / "c.ckpt", False, {}, initial=first)
+    assert sum(more[:5]) / 5 < sum(losses[:5]) / 5  # it starts where the first run ended, not afresh
+    with pytest.raises(UserError, match="fine-tuning starts from an EAGLE-3 head"):
+        train(tiny_target, sequences, features, TrainSettings(architecture="eagle1", vocab=30), tmp_path / "d.ckpt",
+              False, {}, initial=first)

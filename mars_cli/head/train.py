@@ -265,10 +265,12 @@ def load_checkpoint(path: Path, options: dict | None = None) -> dict:
 def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, torch.Tensor],
           settings: TrainSettings, checkpoint: Path, resume: bool, recipe: dict,
           progress: Callable[[int, int, float], None] | None = None,
-          options: dict | None = None) -> tuple[PairHead, HeldOut, list[float]]:
+          options: dict | None = None, initial: PairHead | None = None) -> tuple[PairHead, HeldOut, list[float]]:
     """Train on all but the held-out prompts; returns the head (weights rounded to fp16, as they
     are saved), its held-out acceptance and the loss of every step. `options` (flag -> value) is
-    recorded in the checkpoint and, with `resume`, must match the one recorded there."""
+    recorded in the checkpoint and, with `resume`, must match the one recorded there. `initial`
+    (an EAGLE-3 head for this target): start from its weights and draft vocabulary (fine-tuning)
+    instead of a fresh head."""
     require(settings.depth >= 1 and settings.epochs >= 1 and settings.batch_size >= 1,
             "--depth, --epochs and --batch-size must be at least 1")
     train_set, held_set = split(sequences)
@@ -276,7 +278,14 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
             f"training needs at least {HELD_OUT_EVERY} prompts (every {HELD_OUT_EVERY}th is held out)")
     torch.manual_seed(settings.seed)
     width = target.vocab_size
-    vocab_ids = vocabulary_subset(train_set, settings.vocab or width, target.eos_token_ids, width)
+    if initial is not None:
+        require(settings.architecture == "eagle3" and isinstance(initial, Eagle3Head),
+                "fine-tuning starts from an EAGLE-3 head, with --arch eagle3")
+        vocab_ids = initial.vocab_ids.cpu()  # its draft vocabulary, whatever --vocab says
+        require(bool((vocab_ids[1:] > vocab_ids[:-1]).all()), "the head to fine-tune must list its draft "
+                                                               "vocabulary in ascending target ids (as ours do)")
+    else:
+        vocab_ids = vocabulary_subset(train_set, settings.vocab or width, target.eos_token_ids, width)
     record = {**recipe, "settings": asdict(settings)}
     hidden = target.hidden_size
     widths = {"eagle3": 4 * hidden, "eagle1": hidden}  # see feature_layers
@@ -286,6 +295,12 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
     target_rows = None
     if settings.architecture == "eagle3":
         head = new_eagle3_head(target, torch.sort(vocab_ids).values, record)
+        if initial is not None:
+            require(initial.config.hidden_size == head.config.hidden_size
+                    and initial.config.intermediate_size == head.config.intermediate_size,
+                    "the head to fine-tune is not shaped like one layer of this target")
+            head.load_state_dict({k: v.float() if v.is_floating_point() else v
+                                  for k, v in initial.state_dict().items()})
         target_rows = target.model.get_output_embeddings().weight.detach()[head.vocab_ids].float()
     else:
         config = HeadConfig.for_target(target.model, target=target.spec, target_fingerprint=target.fingerprint,
