@@ -136,6 +136,20 @@ def draw(results: dict, out: Path) -> None:
     plt.close(figure)
 
 
+def remeasure(results: dict, k: int, target, held_greedy: list, features: dict, out: Path) -> None:
+    """Chains of k drafts from every held-out answer position, for every head already trained."""
+    measured = {}
+    for name, row in results.items():
+        location = SHIPPED_HEAD if name == "shipped" else Path(row["head"])
+        if not location.is_dir():
+            continue
+        head = load_head(f"head:{location}", target)
+        measured[name] = held_figures(held_out_acceptance(head, held_greedy, features, k, 512))
+        measured[name].pop("kl")  # not measured here (the first draft's KL does not depend on k)
+        print(f"{name}: k = {k} tau {measured[name]['tau']:.3f} {measured[name]['per_position']}", flush=True)
+    (out / f"arms-k{k}.json").write_text(json.dumps(measured, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--generations", type=Path, required=True, help="generations.jsonl (train-head's format)")
@@ -144,6 +158,9 @@ def main() -> None:
     parser.add_argument("--num-draft", type=int, default=4)
     parser.add_argument("--feature-batch", type=int, default=16)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--remeasure", type=int, default=0,
+                        help="instead of training: measure every finished arm's head (and the shipped one) with "
+                             "chains of this length, into arms-kK.json (deeper than k = 4: what trees reach)")
     args = parser.parse_args()
     arms = parse_arms(args.arms)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -170,6 +187,9 @@ def main() -> None:
     print(json.dumps(machine), flush=True)
     target_rows = None
 
+    if args.remeasure:
+        remeasure(results, args.remeasure, target, held_greedy, features, args.out)
+        return
     if "shipped" not in results and SHIPPED_HEAD.is_dir():  # the same held-out answers, the head that ships
         head = load_head(f"head:{SHIPPED_HEAD}", target)
         target_rows = target.model.get_output_embeddings().weight.detach()[head.vocab_ids].float()
