@@ -241,6 +241,9 @@ def train_head(
     loss: Annotated[str, typer.Option(
         "--loss", help="soft: match the target's whole distribution over the draft vocabulary (distillation); "
                        "hard: only its top token.")] = "soft",
+    init: Annotated[Optional[str], typer.Option(
+        "--init", help="Fine-tune this EAGLE-3 head (`head`: the target's own; or a directory) instead of a "
+                       "fresh one; its draft vocabulary is kept.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed: initial weights and data order.")] = 0,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue from the checkpoint next to --out (data already generated is always reused).")] = False,
@@ -257,7 +260,7 @@ def train_head(
     settings = TrainSettings(architecture=architecture, epochs=epochs, batch_size=batch_size,
                              learning_rate=learning_rate, depth=depth, loss=loss, vocab=vocab,
                              num_draft=options.drafting.max_draft, seed=seed)
-    recipe = HeadRecipe(prompts, max_new_tokens, generate_batch, settings, sampled_share, sample_temperature)
+    recipe = HeadRecipe(prompts, max_new_tokens, generate_batch, settings, sampled_share, sample_temperature, init)
     recipe.validate()
     name = Path(options.model.target).name.removesuffix(".gguf")
     if architecture == "eagle3":

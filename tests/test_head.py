@@ -336,6 +336,15 @@ def test_cli_trains_a_head_that_generate_then_finds(capsys, tiny_dir, tmp_path, 
     assert not written.with_name(written.name + ".ckpt").exists()
     recipe = json.loads((written / "config.json").read_text())["mars"]["recipe"]
     assert recipe["answers"] == 20 and "sampled" in recipe["data"] and recipe["settings"]["architecture"] == "eagle3"
+    # --init fine-tunes that head (found by fingerprint): its vocabulary kept, the source recorded
+    tuned = tmp_path / "tuned"
+    code, out, err = run_cli(capsys, "train-head", *common, "--prompts", str(prompts), "-n", "12", "--epochs", "1",
+                             "--vocab", "10", "--batch-size", "4", "--sampled-share", "0.5", "--init", "head",
+                             "--out", str(tuned))
+    assert code == 0, err
+    tuned_config = json.loads((tuned / "config.json").read_text())
+    assert tuned_config["mars"]["recipe"]["fine_tuned_from"] == str(written)
+    assert tuned_config["draft_vocab_size"] == json.loads((written / "config.json").read_text())["draft_vocab_size"]
     # `--draft head` (and `auto`) find it by fingerprint; strict greedy output equals plain decoding
     outputs = []
     for draft in ("none", "head", "auto"):
@@ -362,6 +371,8 @@ def test_cli_trains_a_head_that_generate_then_finds(capsys, tiny_dir, tmp_path, 
     (["--lr", "0"], "--lr"),
     (["--loss", "kl"], "--loss kl: expected one of soft, hard"),
     (["--depth", "17"], "--depth must be at most 16"),
+    (["--init", "head:/nonexistent/head"], "draft head not found: /nonexistent/head"),
+    (["--arch", "eagle1", "--init", "head"], "--init fine-tunes an EAGLE-3 head"),
 ])
 def test_cli_train_head_bad_input_is_one_line(capsys, tiny_dir, tmp_path, args, message):
     from .test_cli import run_cli

@@ -17,6 +17,7 @@ from ..errors import check_seed, require
 from ..options import ModelOptions
 from ..prompts import load_prompts
 from . import data as head_data
+from .drafter import load_head
 from .eagle3 import Eagle3Head
 from .parts import PairHead
 from .train import ARCHITECTURES, HELD_OUT_EVERY, LOSSES, HeldOut, TrainSettings, feature_layers, load_checkpoint, train
@@ -37,6 +38,7 @@ class HeadRecipe:
     settings: TrainSettings = dataclasses.field(default_factory=TrainSettings)
     sampled_share: float = 0.0  # share of prompts answered by sampling (the rest greedily)
     sample_temperature: float = 0.8
+    init: str | None = None  # --init: fine-tune this head ("head" or "head:DIR") instead of a fresh one
 
     @property
     def answering(self) -> head_data.Answering:
@@ -63,6 +65,8 @@ class HeadRecipe:
         require(min(settings.epochs, settings.batch_size, settings.depth) >= 1,
                 "--epochs, --batch-size and --depth must be at least 1")
         require(settings.depth <= MAX_DEPTH, f"--depth must be at most {MAX_DEPTH}, got {settings.depth}")
+        require(self.init is None or settings.architecture == "eagle3",
+                "--init fine-tunes an EAGLE-3 head: use it with --arch eagle3")
 
     def resume_options(self, prompts_sha256: str) -> dict:
         """The options a checkpoint records, by flag: those that shape the data, the head or the
@@ -73,7 +77,7 @@ class HeadRecipe:
                 "--sampled-share": self.sampled_share, "--sample-temperature": self.sample_temperature,
                 "--vocab": settings.vocab, "--epochs": settings.epochs, "--batch-size": settings.batch_size,
                 "--lr": settings.learning_rate, "--depth": settings.depth, "--loss": settings.loss,
-                "--seed": settings.seed}
+                "--seed": settings.seed, "--init": self.init or ""}
 
 
 def checkpoint_path(destination: Path) -> Path:
@@ -102,6 +106,10 @@ class HeadTraining:
         if resume_from is not None:
             load_checkpoint(resume_from, self.options)
         self.target = model.load()
+        self.initial = None  # the head --init fine-tunes, checked against the target now
+        if recipe.init is not None:
+            spec = recipe.init if recipe.init == "head" or recipe.init.startswith("head:") else f"head:{recipe.init}"
+            self.initial = load_head(spec, self.target, model.allow_pickle)
 
     def data(self, report: Report) -> tuple[list[head_data.Sequence], dict]:
         """Generate (or reuse) the answers and extract (or reuse) the features the head reads."""
@@ -126,8 +134,10 @@ class HeadTraining:
                     "max_new_tokens": recipe.max_new_tokens, "data": f"the target's answers ({modes}; chat template)",
                     "answer_tokens": sum(len(s.output_ids) for s in sequences), "answers": len(sequences)}
         checkpoint = checkpoint_path(destination)
+        if recipe.init is not None:
+            recorded["fine_tuned_from"] = getattr(self.initial, "source", recipe.init)
         head, held, losses = train(target, sequences, features, recipe.settings, checkpoint, resume, recorded, on_step,
-                                   self.options)
+                                   self.options, self.initial)
         record = head.config.mars["recipe"] if isinstance(head, Eagle3Head) else head.config.recipe
         record["held_out"] = dataclasses.asdict(held) | {"tau": held.tau}
         record["final_loss"] = sum(losses[-10:]) / len(losses[-10:])
