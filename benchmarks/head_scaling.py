@@ -9,13 +9,15 @@ prefix of one fixed shuffle of the training answers (so a smaller arm's data is 
 one's) and is measured on the same held-out answers: every tenth prompt's greedy answer, as
 train-head holds out. Measured: the chain acceptance strict greedy decoding would see (k drafts
 from every answer position, from the true features) and KL(target || head) of the first draft.
-The shipped head is measured on the same answers (its held-out prompts are the same ones when the
+The baseline head (`--baseline`, by default the one shipped now; the arms in
+benchmarks/results/head-scaling ran against the head shipped until 2026-12-01, commit 3beb79f) is
+measured on the same answers as the `shipped` row (its held-out prompts are the same ones when the
 generations answer `head_prompts_large.jsonl`). Each finished arm is written at once to
 `arms.json` (a rerun skips it) and its head under the cache; an interrupted arm resumes from its
 checkpoint. `table.md` and `scaling.png` are redrawn after every arm.
 
 Arm keys: tokens (a share of the training answer tokens, or a count such as 200k), epochs, depth,
-loss (soft, hard), vocab, lr, batch, init (`shipped` or a head directory: fine-tune that head,
+loss (soft, hard), vocab, lr, batch, init (`shipped`: the baseline, or a head directory: fine-tune that head,
 with its draft vocabulary, instead of training a fresh one). Defaults: the whole set, 1 epoch,
 depth 3, soft, 8192, 1e-3, 16 sequences a step, a fresh head.
 """
@@ -136,11 +138,11 @@ def draw(results: dict, out: Path) -> None:
     plt.close(figure)
 
 
-def remeasure(results: dict, k: int, target, held_greedy: list, features: dict, out: Path) -> None:
+def remeasure(results: dict, k: int, target, held_greedy: list, features: dict, out: Path, baseline: Path) -> None:
     """Chains of k drafts from every held-out answer position, for every head already trained."""
     measured = {}
     for name, row in results.items():
-        location = SHIPPED_HEAD if name == "shipped" else Path(row["head"])
+        location = baseline if name == "shipped" else Path(row["head"])
         if not location.is_dir():
             continue
         head = load_head(f"head:{location}", target)
@@ -158,6 +160,8 @@ def main() -> None:
     parser.add_argument("--num-draft", type=int, default=4)
     parser.add_argument("--feature-batch", type=int, default=16)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--baseline", type=Path, default=SHIPPED_HEAD,
+                        help="the head of the `shipped` row, which init=shipped fine-tunes (default: the shipped head)")
     parser.add_argument("--remeasure", type=int, default=0,
                         help="instead of training: measure every finished arm's head (and the shipped one) with "
                              "chains of this length, into arms-kK.json (deeper than k = 4: what trees reach)")
@@ -188,10 +192,10 @@ def main() -> None:
     target_rows = None
 
     if args.remeasure:
-        remeasure(results, args.remeasure, target, held_greedy, features, args.out)
+        remeasure(results, args.remeasure, target, held_greedy, features, args.out, args.baseline)
         return
-    if "shipped" not in results and SHIPPED_HEAD.is_dir():  # the same held-out answers, the head that ships
-        head = load_head(f"head:{SHIPPED_HEAD}", target)
+    if "shipped" not in results and args.baseline.is_dir():  # the same held-out answers, the baseline head
+        head = load_head(f"head:{args.baseline}", target)
         target_rows = target.model.get_output_embeddings().weight.detach()[head.vocab_ids].float()
         held = held_out_acceptance(head, held_greedy, features, args.num_draft, 512)
         held.divergence = held_out_divergence(head, held_greedy, features, 512, target_rows)
@@ -220,7 +224,7 @@ def main() -> None:
 
         initial = None
         if values["init"]:
-            initial = load_head(f"head:{SHIPPED_HEAD if values['init'] == 'shipped' else values['init']}", target)
+            initial = load_head(f"head:{args.baseline if values['init'] == 'shipped' else values['init']}", target)
         # held-out answers ride along for train() to split off and measure (greedy ones only)
         head, held, losses = train(target, chosen + held_set, features, settings, checkpoint, checkpoint.exists(),
                                    {"study": "benchmarks/head_scaling.py", "arm": values}, progress, options, initial)
