@@ -1,5 +1,5 @@
-"""`--dtype auto`: the dtype whose plain decoding steps run fastest on this machine, measured, never
-read off a CPU flag.
+"""`--dtype auto`: the dtype that decodes fastest on this machine, the way the session decodes,
+measured, never read off a CPU flag.
 
 Which dtype decodes fastest depends on the machine more than on its instruction set: these small
 models are bound by the bytes of weights read per step, which bfloat16 halves whether or not the
@@ -11,6 +11,15 @@ cached forwards through the decoding loop's own scorer, dtypes interleaved A B A
 median per step (`time_steps`). The fastest usable one wins, and the choice and its measurement are
 cached as JSON under `<cache>/dtypes/`, like the cost curves (decoding/cost.py, whose helpers this
 uses). A float32 model is then converted in place (`cast_parameters`): loaded once.
+
+A session that drafts (`speculative`) is decoded in rounds whose verification forward is wider than
+a plain step, and what width costs differs between dtypes far more than a plain step does (on an
+Intel Xeon with AMX a 17-wide forward cost 1.27x a plain step in bfloat16 and 2.2x in float32,
+while their plain steps were within noise of each other): there each usable candidate's cost curve
+is measured too (cached per dtype, as the session's own would be: decoding/cost.py), and the
+candidates are compared by the target's milliseconds per emitted token in the best draft shape
+each affords, at the shipped head's measured acceptance (`cost.speculative_estimate`). A
+session without drafting (`--draft none`) compares plain steps. The two choices are cached apart.
 
 Usable (`check_usable`): on the first CHECK_PROMPTS calibration prompts, a candidate's next-token
 logits at every position are finite and their argmax agrees with float32's at MIN_AGREEMENT of the
@@ -41,7 +50,8 @@ from .decoding import cost
 from .models import DTYPES, LoadedModel
 from .packed_linear import pack_linears
 
-SCHEMA = 2  # 2: bfloat16 timed with packed weights on the CPU (packed_linear.py)
+SCHEMA = 3  # 2: bfloat16 timed with packed weights on the CPU (packed_linear.py); 3: speculative choices
+PLAIN, SPECULATIVE = "plain", "speculative"  # how the session decodes: what the choice compares
 FOLDER = "dtypes"  # <cache>/dtypes/<hash of the key>.json
 EXACT = "float32"  # the reference every candidate is checked against; `--dtype float32` is the exact mode
 # The check: a lower precision flips the argmax only where float32's top two logits nearly tie (on
@@ -71,9 +81,10 @@ def candidates(device: torch.device) -> tuple[str, ...]:
     return (EXACT, "bfloat16") if device.type == "cpu" else (EXACT, "bfloat16", "float16")
 
 
-def dtype_key(model_fingerprint: str, device: torch.device) -> dict:
+def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = False) -> dict:
     """Everything the choice depends on that can change between runs on one machine."""
-    return {**cost.machine_key(model_fingerprint, device), "candidates": list(candidates(device))}
+    return {**cost.machine_key(model_fingerprint, device), "candidates": list(candidates(device)),
+            "decoding": SPECULATIVE if speculative else PLAIN}
 
 
 @dataclass
@@ -87,6 +98,14 @@ class Candidate:
     ms_per_step: float | None = None  # median over the timed blocks (None: not timed)
     spread: float | None = None  # slowest block over fastest
     repeats: int = 0  # timed blocks
+    # speculative sessions: the target's expected milliseconds per emitted token, and in what shape
+    ms_per_token: float | None = None
+    shape: str | None = None
+
+    @property
+    def compared(self) -> float | None:
+        """What the choice compares: the speculative estimate where there is one, else the step."""
+        return self.ms_per_token if self.ms_per_token is not None else self.ms_per_step
 
 
 @dataclass
@@ -116,9 +135,10 @@ class DtypeChoice:
 
 
 def fastest(found: Sequence[Candidate]) -> str:
-    """The usable timed candidate with the shortest step, float32 unless another is at most
-    EXACT_PREFERENCE of its step (float32 when nothing else was timed)."""
-    timed = {c.dtype: c.ms_per_step for c in found if c.usable and c.ms_per_step is not None}
+    """The usable timed candidate with the shortest step (a speculative session: the fewest
+    milliseconds per token), float32 unless another is at most EXACT_PREFERENCE of its (float32
+    when nothing else was timed)."""
+    timed = {c.dtype: c.compared for c in found if c.usable and c.compared is not None}
     exact = timed.get(EXACT)
     best = min(timed, key=lambda name: (timed[name], name != EXACT), default=EXACT)
     if exact is not None and best != EXACT and timed[best] > EXACT_PREFERENCE * exact:
@@ -130,7 +150,7 @@ def exact_kept(choice: DtypeChoice) -> str | None:
     """The usable dtype that stepped faster than float32 but not by enough to be chosen, if any."""
     if choice.chosen != EXACT:
         return None
-    timed = {c.dtype: c.ms_per_step for c in choice.candidates if c.usable and c.ms_per_step is not None}
+    timed = {c.dtype: c.compared for c in choice.candidates if c.usable and c.compared is not None}
     faster = [name for name in timed if name != EXACT and EXACT in timed and timed[name] < timed[EXACT]]
     return min(faster, key=timed.__getitem__) if faster else None
 
@@ -170,8 +190,13 @@ def _candidate(entry: dict) -> Candidate | None:
     problem = entry.get("problem")
     if problem is not None and not isinstance(problem, str):
         return None
+    per_token, shape = _number(entry.get("ms_per_token")), entry.get("shape")
+    if per_token is not None and not cost.MIN_PLAUSIBLE_MS <= per_token <= cost.MAX_PLAUSIBLE_MS:
+        return None
+    if shape is not None and not isinstance(shape, str):
+        return None
     return Candidate(dtype, usable, _number(entry.get("agreement")), problem, _number(ms), _number(entry.get("spread")),
-                     int(entry.get("repeats", 0)))
+                     int(entry.get("repeats", 0)), per_token, shape)
 
 
 def _number(value: object) -> float | None:
@@ -184,13 +209,14 @@ def _number(value: object) -> float | None:
 
 
 # --------------------------------------------------------------------------- choosing
-def choose(target: LoadedModel, *, fresh: bool = False) -> DtypeChoice:
-    """The dtype `--dtype auto` decodes `target` in (loaded in float32, left in float32 here):
+def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = False) -> DtypeChoice:
+    """The dtype `--dtype auto` decodes `target` in (loaded in float32, left in float32 here),
+    for a session that drafts (`speculative`) or not:
     the cached choice, else measured under the entry's lock and cached, with one note on stderr.
     `fresh` (`mars profile --dtypes`) measures afresh, unbounded, and says nothing (the table
     does). A process that finds the lock held waits for the other's result and reads it; after
     cost.LOCK_WAIT_S it decodes in float32, uncached."""
-    key = dtype_key(target.fingerprint, target.device)
+    key = dtype_key(target.fingerprint, target.device, speculative)
     path = cost.cache_path(key, FOLDER)
     if not fresh:
         cached = load_cached(key)
@@ -225,12 +251,18 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> Dt
         found = check_usable(target, weights.use, names)
         usable = [c.dtype for c in found if c.usable]
         samples = time_steps(target, weights.use, usable, deadline)
-    for candidate in found:
-        times = samples.get(candidate.dtype) or []
-        if times:
-            candidate.ms_per_step = statistics.median(times)
-            candidate.spread = max(times) / min(times) if min(times) > 0 else math.inf
-            candidate.repeats = len(times)
+        for candidate in found:
+            times = samples.get(candidate.dtype) or []
+            if times:
+                candidate.ms_per_step = statistics.median(times)
+                candidate.spread = max(times) / min(times) if min(times) > 0 else math.inf
+                candidate.repeats = len(times)
+        if key.get("decoding") == SPECULATIVE:
+            for candidate in found:
+                if candidate.ms_per_step is not None:
+                    weights.use(candidate.dtype)
+                    candidate.ms_per_token, candidate.shape = speculative_cost(
+                        target, candidate.dtype, candidate.ms_per_step, fresh=deadline is None)
     timed = [c for c in found if c.ms_per_step is not None]
     unsteady = [c.dtype for c in timed if c.spread > MAX_SPREAD]
     short = [name for name in usable if len(samples.get(name) or []) < REPEATS]
@@ -248,6 +280,11 @@ def describe(choice: DtypeChoice) -> str:
                    key=lambda c: c.dtype != choice.chosen)
     steps = ", ".join(f"{c.ms_per_step:.1f} ms in {c.dtype}" for c in timed)
     line = f"--dtype auto: {choice.chosen}" + (f" (a plain decoding step took {steps})" if steps else "")
+    estimated = [c for c in timed if c.ms_per_token is not None]
+    if estimated:
+        line = f"--dtype auto for speculative decoding: {choice.chosen} (target forwards per token, estimated from " \
+               "the cost curves: " + ", ".join(f"{c.ms_per_token:.1f} ms in {c.dtype} with {c.shape}"
+                                                for c in estimated) + f"; a plain step took {steps})"
     kept = exact_kept(choice)
     if kept:
         line += f"; float32 kept, exact: {kept} was not {1 - EXACT_PREFERENCE:.0%} faster"
@@ -258,6 +295,29 @@ def describe(choice: DtypeChoice) -> str:
         return line + ("; measured once per model, device and torch version, then cached (`mars profile --dtypes` "
                        "shows it; --dtype float32 is the exact mode)")
     return line + f"; for this run only ({choice.unsaved}), measured again next time"
+
+
+def speculative_cost(target: LoadedModel, name: str, plain_ms: float,
+                     fresh: bool = False) -> tuple[float | None, str | None]:
+    """(the target's milliseconds per emitted token, the shape) in dtype `name`, whose weights
+    `target` holds now, from its cost curve (the cached one, or measured now within the first
+    use's budget and cached, as a session's own; `fresh`: measured afresh, unbounded) taken
+    relative to its own width-1 cost and scaled by `plain_ms`, the step timed interleaved with the
+    other dtypes' (curves measured one after the other would carry the machine's drift between
+    them); (None, None) when the curve could not be had."""
+    from .decoding.target import TargetScorer
+
+    loaded_as = target.dtype
+    target.dtype = DTYPES[name]  # the curve's key, and the attention masks' dtype
+    try:
+        curve = cost.curve_for(TargetScorer(target), cost.ESTIMATE_WIDTHS, fresh=fresh,
+                               note=None if fresh else notes.note, budget=cost.Budget())
+    finally:
+        target.dtype = loaded_as
+    if 1 not in curve.ms_by_width:
+        return None, None
+    ms, shape = cost.speculative_estimate(curve)
+    return plain_ms * ms / curve.ms_by_width[1], shape
 
 
 # --------------------------------------------------------------------------- the check

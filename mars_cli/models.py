@@ -579,6 +579,7 @@ def load_model(
     trust_remote_code: bool = False,
     allow_pickle: bool = False,
     measure_dtypes: bool = False,
+    speculative: bool = False,
 ) -> LoadedModel:
     """Load a spec onto a device (or across devices with `device_map="auto"`).
 
@@ -586,7 +587,8 @@ def load_model(
     check). `auto` loads in float32, measures (or reads the cached measurement: dtype_choice.py)
     and converts the weights in place to the winner; an explicit float16 on a CPU loads in float32
     and must pass the usability check first. `measure_dtypes` (`mars profile --dtypes`) measures
-    afresh whatever `dtype` says, and attaches the measurement (`LoadedModel.dtype_choice`)."""
+    afresh whatever `dtype` says, and attaches the measurement (`LoadedModel.dtype_choice`).
+    `speculative`: the model will be decoded with drafting, which `auto` chooses for."""
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -640,7 +642,7 @@ def load_model(
         from . import dtype_choice
 
         if measuring:
-            loaded.dtype_choice = dtype_choice.choose(loaded, fresh=measure_dtypes)
+            loaded.dtype_choice = dtype_choice.choose(loaded, fresh=measure_dtypes, speculative=speculative)
         final = loaded.dtype_choice.dtype if wanted is None else wanted
         if half_on_cpu:
             dtype_choice.require_usable(loaded, "float16", "--dtype")

@@ -45,11 +45,12 @@ class ModelOptions:
     compile: str = "auto"  # static cache + compiled forwards: auto, on or off (decoding/target.py)
 
     def load(self, spec: str | None = None, *, dtype: torch.dtype | None = None,
-             measure_dtypes: bool = False) -> LoadedModel:
+             measure_dtypes: bool = False, speculative: bool = False) -> LoadedModel:
         """The target, or with `spec` another model (a draft model) on the same device, dtype and
         trust settings; only the target is spread over devices by --device-map. `dtype`: load in
         this one instead of --dtype's (a draft model in the dtype `auto` chose for its target);
-        `measure_dtypes`: `mars profile --dtypes` (models.load_model)."""
+        `measure_dtypes`: `mars profile --dtypes`; `speculative`: it will be decoded with drafting
+        (`--dtype auto` chooses for that: models.load_model)."""
         from .models import load_model
 
         settings: dict = asdict(self)
@@ -59,7 +60,8 @@ class ModelOptions:
             settings["device_map"] = None
         if dtype is not None:
             settings["dtype"] = dtype
-        return load_model(self.target if spec is None else spec, measure_dtypes=measure_dtypes, **settings)
+        return load_model(self.target if spec is None else spec, measure_dtypes=measure_dtypes,
+                          speculative=speculative, **settings)
 
 
 @dataclass(frozen=True)

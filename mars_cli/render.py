@@ -196,12 +196,16 @@ def profile_tables(report: dict) -> list[Table | str]:
 
 
 def dtype_table(measured: dict) -> list[Table | str]:
-    """`mars profile --dtypes`: a plain decoding step in each dtype, each one's check, the choice."""
+    """`mars profile --dtypes`: a plain decoding step in each dtype, each one's check, the choice;
+    for a drafting session also the estimated milliseconds per token it was chosen by."""
     key = measured["key"]
+    speculative = key.get("decoding") == "speculative"
     table = Table(title=f"plain decoding step by dtype ({key['device']}, {key['threads']} threads, torch "
                         f"{key['torch']}; {measured['steps']} steps a block, median of the blocks)", title_justify="left")
-    for column in ("dtype", "ms per step", "usable", "chosen"):
-        table.add_column(column, justify="right" if column == "ms per step" else "left")
+    columns = ("dtype", "ms per step", *(("ms per token, drafting (est.)", "best shape") if speculative else ()),
+               "usable", "chosen")
+    for column in columns:
+        table.add_column(column, justify="right" if column.startswith("ms per") else "left")
     for candidate in measured["candidates"]:
         ms = candidate["ms_per_step"]
         agreement = candidate["agreement"]
@@ -209,7 +213,9 @@ def dtype_table(measured: dict) -> list[Table | str]:
             usable = "yes (the reference)" if candidate["dtype"] == "float32" else f"yes (argmax agrees {agreement:.0%})"
         else:
             usable = f"no: {candidate['problem']}"
-        table.add_row(candidate["dtype"], "-" if ms is None else f"{ms:.1f}", usable,
+        per_token, shape = candidate.get("ms_per_token"), candidate.get("shape")
+        estimate = ("-" if per_token is None else f"{per_token:.1f}", shape or "-") if speculative else ()
+        table.add_row(candidate["dtype"], "-" if ms is None else f"{ms:.1f}", *estimate, usable,
                       "← --dtype auto" if candidate["dtype"] == measured["chosen"] else "")
     lines: list[Table | str] = [table]
     if measured.get("exact_kept_over"):

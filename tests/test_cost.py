@@ -226,3 +226,20 @@ def test_round_times_overrule_a_curve_that_is_wrong_here():
     assert chooser.choose(2) == 0
     chooser.observe(0, 0, None, width=1, target_s=0.0)  # an untimed round (phase laps off) teaches nothing
     assert len(chooser.costs.timed[1]) == LiveCosts.LIVE_MIN
+
+
+def test_speculative_estimate_picks_the_cheapest_shape_per_token():
+    """k chain drafts accepted at rate a each bring 1 + a + ... + a^k tokens; a tree brings what
+    its rates by depth say."""
+    chain, tree = (0.5,), (0.6, 0.5)
+    flat = CostCurve({}, {1: 10.0, 2: 10.0, 3: 10.0, 4: 10.0, 5: 10.0, **{n + 1: 11.0 for n in cost.TREE_SIZES}})
+    ms, shape = cost.speculative_estimate(flat, chain, tree)
+    assert shape == "a chain of 4" and ms == pytest.approx(10.0 / 1.9375)
+    better_trees = (0.9, 0.8)  # 1 + .9 + .72 = 2.62 tokens: 11 ms / 2.62 beats the chain's 10 ms / 1.94
+    ms, shape = cost.speculative_estimate(flat, chain, better_trees)
+    assert shape == "a 4 x 64 tree" and ms == pytest.approx(11.0 / 2.62)
+    steep = CostCurve({}, {1: 10.0, 2: 11.0, 3: 16.0, 4: 22.0, 5: 28.0, **{n + 1: 10.0 * n for n in cost.TREE_SIZES}})
+    assert cost.speculative_estimate(steep, chain, tree) == (pytest.approx(11.0 / 1.5), "a chain of 1")
+    dear = CostCurve({}, {w: 10.0 * w for w in cost.ESTIMATE_WIDTHS})
+    assert cost.speculative_estimate(dear, chain, tree) == (10.0, "plain decoding")
+    assert cost.speculative_estimate(flat)[0] < cost.speculative_estimate(dear)[0]  # the shipped defaults

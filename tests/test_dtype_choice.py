@@ -33,10 +33,15 @@ def cache(tmp_path, monkeypatch):
 
 class Probe:
     """The timing probe, mocked: fixed milliseconds per step for each dtype (the blocks given,
-    repeated in turn up to the REPEATS blocks a full measurement has), calls counted."""
+    repeated in turn up to the REPEATS blocks a full measurement has), calls counted. A
+    speculative session's estimate is mocked too: `per_token` where given, else half a step."""
 
-    def __init__(self, ms: dict[str, list[float]]) -> None:
-        self.ms, self.asked = ms, []
+    def __init__(self, ms: dict[str, list[float]], per_token: dict[str, float] | None = None) -> None:
+        self.ms, self.asked, self.per_token, self.estimated = ms, [], per_token or {}, []
+
+    def estimate(self, target, name, plain_ms, fresh=False):
+        self.estimated.append(name)
+        return self.per_token.get(name, self.ms[name][0] / 2), "a chain of 2"
 
     def __call__(self, target, use, names, deadline=None):
         self.asked.append(list(names))
@@ -46,9 +51,10 @@ class Probe:
 
 @pytest.fixture
 def probe(monkeypatch):
-    def install(**ms: list[float]) -> Probe:
-        fake = Probe(ms)
+    def install(per_token: dict[str, float] | None = None, **ms: list[float]) -> Probe:
+        fake = Probe(ms, per_token)
         monkeypatch.setattr(dtype_choice, "time_steps", fake)
+        monkeypatch.setattr(dtype_choice, "speculative_cost", fake.estimate)
         return fake
     return install
 
@@ -303,6 +309,49 @@ def test_a_draft_model_takes_its_targets_measured_dtype(tiny_dir, tiny_draft_dir
                                          num_draft="2", max_new_tokens=4))
     assert session.target.dtype == session.draft_model.dtype == torch.bfloat16
     assert len(fake.asked) == 1  # the draft model is not measured
+
+
+# ----------------------------------------------------------------------------- speculative sessions
+def test_a_drafting_session_chooses_by_cost_per_token_a_plain_one_by_step(tiny_dir, probe, cache, capsys):
+    """bfloat16's plain step is slower, but its wide forwards make a token cheaper: a session that
+    drafts decodes in bfloat16, one that does not in float32; two entries, each measured once."""
+    from mars_cli.options import DecodingOptions
+    from mars_cli.session import Session
+
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[11.0, 11.0, 11.0], per_token={"float32": 8.0, "bfloat16": 5.0})
+    drafting = Session(DecodingOptions.of(target=str(tiny_dir), draft="ngram", device="cpu", max_new_tokens=4))
+    plain = Session(DecodingOptions.of(target=str(tiny_dir), draft="none", device="cpu", max_new_tokens=4))
+    assert drafting.target.dtype == torch.bfloat16 and plain.target.dtype == torch.float32
+    assert fake.estimated == ["float32", "bfloat16"]  # only the drafting session estimates
+    line = next(line for line in capsys.readouterr().err.splitlines() if "for speculative decoding" in line)
+    assert "bfloat16 (target forwards per token" in line and "5.0 ms in bfloat16 with a chain of 2" in line
+    assert len(entries(cache)) == 2
+    Session(DecodingOptions.of(target=str(tiny_dir), draft="ngram", device="cpu", max_new_tokens=4))
+    assert len(fake.asked) == 2 and len(fake.estimated) == 2  # cached
+
+
+def test_a_cached_speculative_entry_with_a_bad_estimate_is_measured_again(tiny_dir, probe, cache):
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[11.0, 11.0, 11.0], per_token={"float32": 8.0, "bfloat16": 5.0})
+    choose = lambda: dtype_choice.choose(load_model(str(tiny_dir), device="cpu", dtype="float32"), speculative=True)
+    assert choose().chosen == "bfloat16"
+    [entry] = entries(cache)
+    data = json.loads(entry.read_text())
+    data["candidates"] = [{**c, "ms_per_token": -1.0} for c in data["candidates"]]
+    entry.write_text(json.dumps(data))
+    assert choose().chosen == "bfloat16" and len(fake.asked) == 2
+
+
+def test_the_real_estimate_measures_and_caches_that_dtypes_curve(tiny_target, cache):
+    """`speculative_cost` times the target in the dtype its weights hold now, caches the curve
+    under that dtype's key (the session reuses it), and leaves the target's dtype as it was."""
+    with dtype_choice._Weights(tiny_target.model) as weights:
+        weights.use("bfloat16")
+        ms, shape = dtype_choice.speculative_cost(tiny_target, "bfloat16", 10.0)
+    assert tiny_target.dtype == torch.float32
+    assert 0 < ms <= 10.0 and shape is not None  # never dearer per token than the plain step given
+    key = cost.curve_key(tiny_target.fingerprint, tiny_target.device, torch.bfloat16, False, cost.CONTEXT_TOKENS)
+    curve = cost.load_cached(key)
+    assert curve is not None and set(curve.ms_by_width) == set(cost.ESTIMATE_WIDTHS)
 
 
 # ----------------------------------------------------------------------------- mars profile --dtypes

@@ -111,6 +111,36 @@ def tree_shape(curve: CostCurve) -> TreeShape:
     return TreeShape(TREE_TOPK, max(affordable))
 
 
+# `--dtype auto` for a session that drafts (mars_cli/dtype_choice.py) compares dtypes by what a round
+# of the best shape each one affords would cost per token: chains up to ESTIMATE_MAX_DRAFT, or the
+# tree `tree_shape` picks, searched as deep as the acceptance below reaches. Nothing is known of the
+# session's drafter when the dtype is chosen: the shipped SmolLM2 head's measured acceptance stands
+# in (P(position accepted | those before were); docs/head.md: held-out k = 4 chains 0.52 0.50 0.48
+# 0.41, the default 4 x 16 tree by depth 0.66 0.61 0.45).
+ESTIMATE_MAX_DRAFT = 4
+ESTIMATE_CHAIN_ACCEPTANCE = (0.52, 0.50, 0.48, 0.41)
+ESTIMATE_TREE_ACCEPTANCE = (0.66, 0.61, 0.45)
+ESTIMATE_WIDTHS = tuple(sorted({*range(1, ESTIMATE_MAX_DRAFT + 2), *SHAPE_WIDTHS}))
+
+
+def speculative_estimate(curve: CostCurve, chain: Sequence[float] = ESTIMATE_CHAIN_ACCEPTANCE,
+                         tree: Sequence[float] = ESTIMATE_TREE_ACCEPTANCE) -> tuple[float, str]:
+    """(milliseconds of target forwards per emitted token, the shape) for the cheapest of: plain
+    decoding, a chain of 1..ESTIMATE_MAX_DRAFT, and the tree `tree_shape` picks from this curve
+    searched len(tree) levels deep, each position accepted at the given rates. Drafting's own cost
+    is left out: it is about the same in every dtype, and what differs between dtypes is what the
+    target's width costs. Only measured widths count."""
+    options = [(curve.cost(1), "plain decoding")]
+    for k in range(1, ESTIMATE_MAX_DRAFT + 1):
+        if k + 1 in curve.ms_by_width:
+            options.append((curve.ms_by_width[k + 1] / expected_tokens(chain, k), f"a chain of {k}"))
+    shape = tree_shape(curve)
+    if shape.branches:
+        tokens = expected_tokens(tree, len(tree))
+        options.append((curve.ms_by_width[shape.tokens + 1] / tokens, f"a {shape.topk} x {shape.tokens} tree"))
+    return min(options)
+
+
 def shape_widths(compiled: bool) -> tuple[int, ...]:
     """The widths `tree_shape` reads: a compiled scorer's one tree width, or every tree size's."""
     return (1, COMPILED_TREE_TOKENS + 1) if compiled else SHAPE_WIDTHS

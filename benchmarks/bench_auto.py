@@ -1,0 +1,85 @@
+"""The default `mars generate` against `mars generate --draft none`, each in the dtype of its choice.
+
+`mars eval` runs every method on one loaded target, so all of them in one dtype; but `--dtype
+auto` chooses for the way a session decodes (dtype_choice.py): a session that drafts may run in
+bfloat16 where plain decoding runs in float32. This benchmark holds one target per dtype and runs
+plain decoding and the default (the draft head, tree shape and draft length from the cost model)
+in each, methods rotating per sample (A B C D / D C B A), on the eval suites' first samples
+(first turns). Reported: tokens/s, tau and the ratio to the fastest plain decoding, and which dtype
+`--dtype auto` chooses here for each kind of session (measured, or read from the cache).
+
+    python benchmarks/bench_auto.py --suites chat,code --limit 8 --out benchmarks/results/auto-<machine>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from mars_cli import dtype_choice
+from mars_cli.decoding.cost import _cpu_matrix_flags, _cpu_name
+from mars_cli.evaluation.suites import load_suite
+from mars_cli.models import load_model
+from mars_cli.options import DecodingOptions
+from mars_cli.session import Session
+
+KINDS = {"plain": {"draft": "none"}, "default": {"draft": "auto", "num_draft": "auto"}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suites", default="chat,code")
+    parser.add_argument("--limit", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    dtypes = args.dtypes.split(",")
+    targets = {dtype: load_model("smollm2-135m", dtype=dtype) for dtype in dtypes}
+    sessions = {(kind, dtype): Session(DecodingOptions.of(max_new_tokens=args.max_new_tokens, dtype=dtype, **options),
+                                       target=targets[dtype])
+                for kind, options in KINDS.items() for dtype in dtypes}
+    reference = targets["float32"] if "float32" in targets else load_model("smollm2-135m", dtype="float32")
+    chosen = {}
+    for kind in KINDS:  # measured on (or read for) a float32 target, as `--dtype auto` does
+        choice = dtype_choice.choose(reference, speculative=kind != "plain")
+        chosen[kind] = {"dtype": choice.chosen, "cached": choice.cached, "candidates": [vars(c) for c in choice.candidates]}
+    prompts = [sample.turns[0] for name in args.suites.split(",") for sample in load_suite(name, args.limit).samples]
+    for session in sessions.values():  # warm-up: kernels, cost curves, the chooser's first rounds
+        session.run(prompts[0])
+    totals = {key: [0, 0.0, 0] for key in sessions}  # tokens, seconds, rounds
+    order = list(sessions)
+    for index, prompt in enumerate(prompts):
+        for key in (order if index % 2 == 0 else order[::-1]):
+            session = sessions[key]
+            start = time.perf_counter()
+            result = session.run(session.encode(prompt))
+            totals[key][1] += time.perf_counter() - start
+            totals[key][0] += len(result.token_ids)
+            totals[key][2] += result.stats.rounds
+    rows = {f"{kind} {dtype}": {"tokens_per_s": tokens / seconds, "tau": tokens / rounds}
+            for (kind, dtype), (tokens, seconds, rounds) in totals.items()}
+    fastest_plain = max(rows[f"plain {dtype}"]["tokens_per_s"] for dtype in dtypes)
+    for name, row in rows.items():
+        row["vs_fastest_plain"] = row["tokens_per_s"] / fastest_plain
+        print(f"{name:18s} {row['tokens_per_s']:6.2f} tok/s  tau {row['tau']:.2f}  {row['vs_fastest_plain']:.3f}x the fastest plain")
+    auto_default = rows[f"default {chosen['default']['dtype']}"]["tokens_per_s"]
+    auto_plain = rows[f"plain {chosen['plain']['dtype']}"]["tokens_per_s"]
+    print(f"--dtype auto chose {chosen['plain']['dtype']} for plain decoding, {chosen['default']['dtype']} for the "
+          f"default: default / plain = {auto_default / auto_plain:.3f}x")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({
+            "device": _cpu_name(), "matrix_flags": _cpu_matrix_flags(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "suites": args.suites, "limit": args.limit,
+            "max_new_tokens": args.max_new_tokens, "rows": rows, "auto": chosen,
+            "auto_default_vs_auto_plain": auto_default / auto_plain}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
