@@ -1,46 +1,35 @@
 """One machine's row of the cross-machine record (docs/benchmarks.md, "Across machines").
 
 Every automatic choice must come from a measurement on the machine it runs on, so each machine
-kind met gets a row: the CPU (or GPU) and the instruction sets matrix kernels use, a plain step
-in each dtype and the one `--dtype auto` chose (`mars profile --dtypes`), and the default `mars
-generate` (`--draft auto --num-draft auto`) against plain decoding, interleaved per sample by
-`mars eval`, in the chosen dtype and in the other one. Each command's output is kept under
-`--out`; the row is printed as Markdown.
+kind met gets a row: the CPU (or GPU) and the instruction sets matrix kernels use, what `--dtype
+auto` chooses for plain decoding and for a session that drafts (`mars profile --dtypes`, with
+`--draft none` and with the default drafter: a plain step in each dtype, and for drafting each
+dtype's estimated cost per token), and the default `mars generate` (`--draft auto --num-draft
+auto`) against plain decoding in each dtype, all four interleaved per sample
+(benchmarks/bench_auto.py: chat and code, first 8 each, 128 tokens). Each command's output is kept
+under `--out`; the row is printed as Markdown.
 
     python benchmarks/machine_record.py --out benchmarks/results/machine-<name>
 
-Takes about 10 minutes on a 2-core CPU (16 samples, 128 tokens, two dtypes). Run it on a quiet
-machine: nothing else heavy at the same time.
+Takes about 10 minutes on a 2-core CPU. Run it on a quiet machine: nothing else heavy at the same time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
-from mars_cli.decoding.cost import _cpu_matrix_flags, _cpu_name
-
-OTHER = {"float32": "bfloat16", "bfloat16": "float32", "float16": "float32"}
+HERE = Path(__file__).resolve().parent
 
 
-def mars(arguments: list[str], out: Path, name: str) -> dict:
-    """Run `mars ARGUMENTS --json`, keep stdout and stderr as NAME.json / NAME.err, return the JSON."""
-    command = [sys.executable, "-m", "mars_cli.cli", *arguments, "--json"]
-    with open(out / f"{name}.json", "w") as stdout, open(out / f"{name}.err", "w") as stderr:
+def run(command: list[str], out: Path, name: str) -> str:
+    """Run COMMAND, keep stdout and stderr as NAME.out / NAME.err, return stdout."""
+    with open(out / f"{name}.out", "w") as stdout, open(out / f"{name}.err", "w") as stderr:
         subprocess.run(command, stdout=stdout, stderr=stderr, check=True)
-    return json.loads((out / f"{name}.json").read_text())
-
-
-def default_vs_plain(results: dict) -> tuple[float, float, float]:
-    """(plain tokens/s, default's speedup over plain, default's tau) over all suites."""
-    rows = {row["method"]: row for row in results["table"]["all"]}
-    return rows["vanilla"]["tokens_per_s"], rows["strict"]["speedup"], rows["strict"]["tau"]
+    return (out / f"{name}.out").read_text()
 
 
 def main() -> None:
@@ -51,29 +40,27 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
-    profile = mars(["profile", "--dtypes", "-n", "16"], args.out, "dtypes")
-    measured = profile["dtypes"]
-    chosen = measured["chosen"]
-    steps = {c["dtype"]: c["ms_per_step"] for c in measured["candidates"]}
-    evals = {}
-    for dtype in (chosen, OTHER[chosen]):
-        shutil.rmtree(args.out / f"eval-{dtype}", ignore_errors=True)  # a rerun replaces its own earlier run
-        evals[dtype] = default_vs_plain(mars(
-            ["eval", "--suite", "chat,code", "--limit", str(args.limit), "--methods", "vanilla,strict",
-             "--draft", "auto", "--dtype", dtype, "--max-new-tokens", str(args.max_new_tokens),
-             "--out", str(args.out / f"eval-{dtype}")], args.out, f"eval-{dtype}"))
-    device = "cuda:" + torch.cuda.get_device_name() if torch.cuda.is_available() else _cpu_name()
-    record = {
-        "device": device, "matrix_flags": _cpu_matrix_flags(), "threads": torch.get_num_threads(),
-        "torch": torch.__version__, "ms_per_plain_step": steps, "chosen": chosen,
-        "default_vs_plain": {dtype: {"plain_tokens_per_s": plain, "speedup": speedup, "tau": tau}
-                             for dtype, (plain, speedup, tau) in evals.items()},
-    }
+    mars = [sys.executable, "-m", "mars_cli.cli"]
+    choices = {}
+    for kind, draft in (("plain", ["--draft", "none"]), ("speculative", [])):
+        text = run([*mars, "profile", "--dtypes", "-n", "16", *draft, "--json"], args.out, f"dtypes-{kind}")
+        choices[kind] = json.loads(text)["dtypes"]
+    run([sys.executable, str(HERE / "bench_auto.py"), "--limit", str(args.limit), "--max-new-tokens",
+         str(args.max_new_tokens), "--out", str(args.out / "auto.json")], args.out, "auto")
+    auto = json.loads((args.out / "auto.json").read_text())
+    rows = auto["rows"]
+    steps = {c["dtype"]: c["ms_per_step"] for c in choices["plain"]["candidates"]}
+    per_token = {c["dtype"]: c.get("ms_per_token") for c in choices["speculative"]["candidates"]}
+    record = {"device": auto["device"], "matrix_flags": auto["matrix_flags"], "threads": auto["threads"],
+              "torch": auto["torch"], "ms_per_plain_step": steps, "ms_per_token_estimated": per_token,
+              "chosen": {kind: choice["chosen"] for kind, choice in choices.items()}, "bench_auto": rows,
+              "default_vs_plain_auto": auto["auto_default_vs_auto_plain"]}
     (args.out / "record.json").write_text(json.dumps(record, indent=1) + "\n")
-    step = " / ".join(f"{steps[d]:.1f}" if steps.get(d) else "-" for d in ("float32", "bfloat16"))
-    speedups = ", ".join(f"{d} {s:.3f}x (tau {t:.2f}, plain {p:.1f} tok/s)" for d, (p, s, t) in evals.items())
-    print(f"| {device} | {' '.join(record['matrix_flags'])} | {record['threads']} | {record['torch']} | {step} | "
-          f"{chosen} | {speedups} |")
+    cells = [f"{d}: plain {rows[f'plain {d}']['tokens_per_s']:.1f} tok/s, default {rows[f'default {d}']['tokens_per_s']:.1f} "
+             f"(tau {rows[f'default {d}']['tau']:.2f})" for d in ("float32", "bfloat16")]
+    print(f"| {record['device']} | {' '.join(record['matrix_flags'])} | {record['threads']} | {record['torch']} | "
+          f"{record['chosen']['plain']} / {record['chosen']['speculative']} | {'; '.join(cells)} | "
+          f"{record['default_vs_plain_auto']:.3f}x |")
 
 
 if __name__ == "__main__":
