@@ -1,9 +1,8 @@
 """Where a round of the default `mars generate` goes: drafting, the target's forward, verification.
 
-The default session (draft head, tree shape and draft length from the cost model) in bfloat16 with
-packed weights (target and head: mars_cli/packed_linear.py), in bfloat16 unpacked, and in float32,
-one loaded target each, variants alternating per sample (A B C / C B A) over the eval suites'
-first turns. Reported per variant: milliseconds per round in each phase the loop times (`prefill`,
+The default session (draft head, tree shape and draft length from the cost model) in bfloat16 and
+in float32, one loaded target each, variants alternating per sample (A B / B A) over the eval
+suites' first turns. Reported per variant: milliseconds per round in each phase the loop times (`prefill`,
 `draft`, `target`, `verify`, `rollback`, `other`), tau, tokens/s, and drafting's share of a round
 (issue 27's goal: at most 1/6).
 
@@ -18,14 +17,13 @@ from pathlib import Path
 
 import torch
 
-from bench_packed import unpack
 from mars_cli.decoding.cost import _cpu_matrix_flags, _cpu_name
 from mars_cli.evaluation.suites import load_suite
 from mars_cli.models import load_model
 from mars_cli.options import DecodingOptions
 from mars_cli.session import Session
 
-VARIANTS = {"bfloat16 packed": "bfloat16", "bfloat16 unpacked": "bfloat16", "float32": "float32"}
+VARIANTS = {"bfloat16": "bfloat16", "float32": "float32"}
 
 
 def main() -> None:
@@ -39,12 +37,8 @@ def main() -> None:
     sessions = {}
     for name, dtype in VARIANTS.items():
         target = load_model("smollm2-135m", dtype=dtype)
-        session = Session(DecodingOptions.of(max_new_tokens=args.max_new_tokens, dtype=dtype, draft="auto",
-                                             num_draft="auto"), target=target)
-        if name.endswith("unpacked"):
-            unpack(target.model)
-            unpack(session.drafter.head)
-        sessions[name] = session
+        sessions[name] = Session(DecodingOptions.of(max_new_tokens=args.max_new_tokens, dtype=dtype, draft="auto",
+                                                    num_draft="auto"), target=target)
     prompts = [sample.turns[0] for suite in args.suites.split(",") for sample in load_suite(suite, args.limit).samples]
     for session in sessions.values():  # warm-up: kernels, cost curves, the chooser's first rounds
         session.run(prompts[0])

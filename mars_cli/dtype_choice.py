@@ -48,9 +48,8 @@ import torch
 from . import notes
 from .decoding import cost
 from .models import DTYPES, LoadedModel
-from .packed_linear import pack_linears
 
-SCHEMA = 3  # 2: bfloat16 timed with packed weights on the CPU (packed_linear.py); 3: speculative choices
+SCHEMA = 3  # 3: drafting sessions chosen for apart (the key's "decoding")
 PLAIN, SPECULATIVE = "plain", "speculative"  # how the session decodes: what the choice compares
 FOLDER = "dtypes"  # <cache>/dtypes/<hash of the key>.json
 EXACT = "float32"  # the reference every candidate is checked against; `--dtype float32` is the exact mode
@@ -245,8 +244,6 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> Dt
     """Check and time each candidate on `target` (loaded in float32; left in float32)."""
     names = list(key["candidates"])
     busy = cost.busy_reason()  # before measuring: the measuring itself loads the machine
-    if target.device.type == "cpu":
-        pack_linears(target.model)  # bfloat16 is timed as it decodes (packed_linear.py); float32 is not touched
     with _Weights(target.model) as weights:
         found = check_usable(target, weights.use, names)
         usable = [c.dtype for c in found if c.usable]

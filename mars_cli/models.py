@@ -651,8 +651,4 @@ def load_model(
 
         cast_parameters(model, final)
         loaded.dtype = final
-    if final == torch.bfloat16 and device_map is None and torch_device.type == "cpu":
-        from .packed_linear import pack_linears
-
-        pack_linears(model)  # the same outputs, faster decoding steps (packed_linear.py)
     return loaded

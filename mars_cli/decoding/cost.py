@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .target import TargetScorer
 
 T = TypeVar("T")
-SCHEMA = 4  # 3: widths 1..17, 25, 33, 49, 65 (draft trees), any subset; 4: bfloat16 packed on CPU
+SCHEMA = 3  # 3: widths 1..17, 25, 33, 49, 65 (draft trees); any subset of them (a first use's)
 DEFAULT_WIDTHS = (*range(1, 18), 25, 33, 49, 65)  # what `mars profile --widths` measures
 # A first use measures only the widths its session reads (curve_for's callers in session.py), and
 # for at most about this long (10 s; the measuring once took over 200 s on this project's 2-core

@@ -21,7 +21,6 @@ from ..decoding.tree import CHAIN, DraftTree, FrontierRows, TreeShape, grow_tree
 from ..decoding.sampling import SamplingParams, probabilities, process_logits, sample
 from ..errors import UserError
 from ..models import LoadedModel
-from ..packed_linear import pack_linears
 from ..paths import user_head_dir
 from . import validate
 from .eagle3 import CONFIG_FILE, Eagle3Config, Eagle3Head, is_head_directory
@@ -92,8 +91,6 @@ def load_head(spec: str, target: LoadedModel, allow_pickle: bool = False) -> Pai
     # for): a float32 head beside a bfloat16 target cast every feature and paid float32 matmuls
     if target.dtype.is_floating_point and target.dtype != torch.float32:
         head = head.to(dtype=target.dtype)
-        if head.fc.weight.device.type == "cpu" and target.dtype == torch.bfloat16:
-            pack_linears(head)  # the same drafts, cheaper drafting steps (packed_linear.py)
     return head.attach(target.model)
 
 
