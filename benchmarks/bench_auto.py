@@ -30,6 +30,14 @@ from mars_cli.session import Session
 KINDS = {"plain": {"draft": "none"}, "default": {"draft": "auto", "num_draft": "auto"}}
 
 
+def write_record(path: Path, **fields: object) -> None:
+    """The machine (CPU, matrix flags, threads, torch) and `fields`, as JSON at `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"device": _cpu_name(), "matrix_flags": _cpu_matrix_flags(),
+                                "threads": torch.get_num_threads(), "torch": torch.__version__, **fields},
+                               indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", default="chat,code")
@@ -73,12 +81,8 @@ def main() -> None:
     print(f"--dtype auto chose {chosen['plain']['dtype']} for plain decoding, {chosen['default']['dtype']} for the "
           f"default: default / plain = {auto_default / auto_plain:.3f}x")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "device": _cpu_name(), "matrix_flags": _cpu_matrix_flags(), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "suites": args.suites, "limit": args.limit,
-            "max_new_tokens": args.max_new_tokens, "rows": rows, "auto": chosen,
-            "auto_default_vs_auto_plain": auto_default / auto_plain}, indent=1) + "\n")
+        write_record(args.out, suites=args.suites, limit=args.limit, max_new_tokens=args.max_new_tokens, rows=rows,
+                     auto=chosen, auto_default_vs_auto_plain=auto_default / auto_plain)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,9 @@ suites' first turns. Reported per variant: milliseconds per round in each phase 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-import torch
-
-from mars_cli.decoding.cost import _cpu_matrix_flags, _cpu_name
+from bench_auto import write_record
 from mars_cli.evaluation.suites import load_suite
 from mars_cli.models import load_model
 from mars_cli.options import DecodingOptions
@@ -63,11 +60,7 @@ def main() -> None:
         print(f"{name:18s} {rows[name]['tokens_per_s']:6.2f} tok/s  tau {rows[name]['tau']:.2f}  draft share "
               f"{rows[name]['draft_share']:.1%}  ms/round: {phases}")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "device": _cpu_name(), "matrix_flags": _cpu_matrix_flags(), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "suites": args.suites, "limit": args.limit,
-            "max_new_tokens": args.max_new_tokens, "rows": rows}, indent=1) + "\n")
+        write_record(args.out, suites=args.suites, limit=args.limit, max_new_tokens=args.max_new_tokens, rows=rows)
 
 
 if __name__ == "__main__":
