@@ -380,3 +380,16 @@ def test_profile_dtypes_json_reports_the_measurement(tiny_dir, capsys, probe):
     measured = report["dtypes"]
     assert measured["chosen"] == "bfloat16" and [c["dtype"] for c in measured["candidates"]] == ["float32", "bfloat16"]
     assert measured["candidates"][1]["ms_per_step"] == 6.0 and measured["unsaved"] is None
+
+
+@pytest.mark.parametrize("methods, speculative", [("vanilla", False), ("vanilla,strict", True)])
+def test_eval_chooses_for_drafting_when_any_method_drafts(tiny_dir, probe, capsys, methods, speculative):
+    """`mars eval` runs every method on one target: chosen for speculative decoding if one drafts."""
+    from mars_cli.cli import main
+
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[11.0, 11.0, 11.0], per_token={"float32": 8.0, "bfloat16": 5.0})
+    code = main(["eval", "--suite", "math", "--limit", "1", "-n", "3", "--methods", methods, "--target",
+                 str(tiny_dir), "--device", "cpu", "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 0 and bool(fake.estimated) == speculative
+    assert payload["config"]["dtype"] == ("bfloat16" if speculative else "float32")
