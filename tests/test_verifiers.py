@@ -358,3 +358,16 @@ def test_fuzz_rules_never_emit_garbage(vocab, k, data, inject_nan, rule, measure
     n = accepted(verdict)
     assert 0 <= n <= k and verdict.accepted_positions == list(range(n)) and 0 <= verdict.next_token < vocab
     assert torch.isfinite(processed[n, verdict.next_token]) or sampling.greedy
+
+
+@pytest.mark.parametrize("vocab", [7, 4099, 49152])
+def test_strict_greedy_takes_the_first_of_tied_maxima_like_argmax(vocab):
+    """The greedy choice is the first index of the row's maximum, as transformers' argmax: on a
+    coarse grid every row has ties, at every vocabulary size the CPU kernels vectorize differently."""
+    generator = torch.Generator().manual_seed(vocab)
+    logits = torch.randint(0, 4, (5, vocab), generator=generator).float()
+    tree = DraftTree.chain(logits.argmax(dim=-1)[:4])  # each draft the argmax of the row before it
+    verdict = Verifier().verify(logits, tree)
+    assert verdict.accepted_positions == [0, 1, 2, 3] and verdict.next_token == int(logits[4].argmax())
+    top1, _, _, _ = top_two(logits)
+    assert torch.equal(top1, logits.argmax(dim=-1))

@@ -92,13 +92,15 @@ class Verifier:
 
     def _decide(self, logits: torch.Tensor, batch: DraftBatch, generator: torch.Generator | None) -> _Decided:
         processed = process_logits(logits, self.sampling)
-        faulty_rows = ~torch.isfinite(processed.max(dim=-1).values)  # NaN anywhere poisons the row's max
         mars = self.rule == "mars"
         low = margins = in_top_two = None
-        if self.sampling.greedy and not mars:  # the argmax is all strict greedy needs
-            top1 = top2 = processed.argmax(dim=-1)
+        if self.sampling.greedy and not mars:  # the argmax is all strict greedy needs: one pass with the max
+            row_max, top1 = processed.max(dim=-1)
+            top2 = top1
         else:
-            top1, top2, z1, z2 = top_two(processed)
+            top1, top2, row_max, z2 = top_two(processed)
+            z1 = row_max
+        faulty_rows = ~torch.isfinite(row_max)  # NaN anywhere poisons the row's max
         if mars:
             margins = margin(z1, z2, self.measure)
             low = (margins > self.threshold) & torch.isfinite(z2)
