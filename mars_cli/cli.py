@@ -338,8 +338,9 @@ def profile_command(
         if path is not None:
             _check_writable_file(path)
     require(not (dtypes and options.model.device_map), "--dtypes measures a target on one device: drop --device-map")
-    drafting = options.drafting.draft != "none"  # --dtypes then measures for speculative decoding
-    session = Session(options, options.model.load(measure_dtypes=True, speculative=drafting) if dtypes else None)
+    # --dtypes measures for speculative decoding unless --draft none
+    session = Session(options, options.model.load(measure_dtypes=True, speculative=options.drafting.drafts)
+                      if dtypes else None)
     report = run_profile(session, prompt or DEFAULT_PROMPT, sweep, bucket, overhead_repeats, trace, widths, dtypes)
     if plot is not None:
         plot_report(report, plot)
@@ -429,7 +430,7 @@ def eval_command(
     log_path = ev.prepare_out_dir(out_dir, resume, signature)
 
     # one target for every method: `--dtype auto` chooses for speculative decoding if any method drafts
-    drafting = any(options.replace(**method.changes).drafting.draft != "none" for method in method_list)
+    drafting = any(options.replace(**method.changes).drafting.drafts for method in method_list)
     sessions = None if on_vllm else ev.build_sessions(options, method_list, options.model.load(speculative=drafting))
     log = ev.SampleLog(log_path)
     total = sum(len(s.samples) for s in suites) * len(method_list)

@@ -276,12 +276,13 @@ def describe(choice: DtypeChoice) -> str:
     timed = sorted((c for c in choice.candidates if c.ms_per_step is not None),
                    key=lambda c: c.dtype != choice.chosen)
     steps = ", ".join(f"{c.ms_per_step:.1f} ms in {c.dtype}" for c in timed)
-    line = f"--dtype auto: {choice.chosen}" + (f" (a plain decoding step took {steps})" if steps else "")
-    estimated = [c for c in timed if c.ms_per_token is not None]
+    estimated = ", ".join(f"{c.ms_per_token:.1f} ms in {c.dtype} with {c.shape}"
+                          for c in timed if c.ms_per_token is not None)
     if estimated:
-        line = f"--dtype auto for speculative decoding: {choice.chosen} (target forwards per token, estimated from " \
-               "the cost curves: " + ", ".join(f"{c.ms_per_token:.1f} ms in {c.dtype} with {c.shape}"
-                                                for c in estimated) + f"; a plain step took {steps})"
+        line = (f"--dtype auto for speculative decoding: {choice.chosen} (target forwards per token, estimated from "
+                f"the cost curves: {estimated}; a plain step took {steps})")
+    else:
+        line = f"--dtype auto: {choice.chosen}" + (f" (a plain decoding step took {steps})" if steps else "")
     kept = exact_kept(choice)
     if kept:
         line += f"; float32 kept, exact: {kept} was not {1 - EXACT_PREFERENCE:.0%} faster"

@@ -81,6 +81,11 @@ class DraftOptions:
                 object.__setattr__(self, name, int(value))
 
     @property
+    def drafts(self) -> bool:
+        """Whether rounds are drafted at all (`--draft none` decodes plainly)."""
+        return self.draft != "none"
+
+    @property
     def adaptive(self) -> bool:
         """`--num-draft auto`: each round's length from the measured cost model."""
         return self.num_draft == AUTO

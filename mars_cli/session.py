@@ -51,7 +51,7 @@ class Session:
         temperature = options.sampling.temperature
         if 0 < temperature < GREEDY_BELOW:  # logits / T would overflow float32 far below it
             note(f"--temperature {temperature:g} is below {GREEDY_BELOW:g}: decoding greedily, as at 0", once=True)
-        self.target = target or options.model.load(speculative=options.drafting.draft != "none")
+        self.target = target or options.model.load(speculative=options.drafting.drafts)
         window = self.target.context_window
         require(window is None or options.max_new_tokens < window,
                 f"--max-new-tokens {options.max_new_tokens} is beyond the model's context window ({window})")

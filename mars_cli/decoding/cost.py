@@ -130,10 +130,9 @@ def speculative_estimate(curve: CostCurve, chain: Sequence[float] = ESTIMATE_CHA
     searched len(tree) levels deep, each position accepted at the given rates. Drafting's own cost
     is left out: it is about the same in every dtype, and what differs between dtypes is what the
     target's width costs. Only measured widths count."""
-    options = [(curve.cost(1), "plain decoding")]
-    for k in range(1, ESTIMATE_MAX_DRAFT + 1):
-        if k + 1 in curve.ms_by_width:
-            options.append((curve.ms_by_width[k + 1] / expected_tokens(chain, k), f"a chain of {k}"))
+    measured = [k for k in range(1, ESTIMATE_MAX_DRAFT + 1) if k + 1 in curve.ms_by_width]
+    k = best_draft_length(curve, chain, 0.0, ESTIMATE_MAX_DRAFT, min_k=0, lengths=measured)
+    options = [(curve.cost(k + 1) / expected_tokens(chain, k), f"a chain of {k}" if k else "plain decoding")]
     shape = tree_shape(curve)
     if shape.branches:
         tokens = expected_tokens(tree, len(tree))

@@ -98,8 +98,8 @@ class Verifier:
             row_max, top1 = processed.max(dim=-1)
             top2 = top1
         else:
-            top1, top2, row_max, z2 = top_two(processed)
-            z1 = row_max
+            top1, top2, z1, z2 = top_two(processed)
+            row_max = z1
         faulty_rows = ~torch.isfinite(row_max)  # NaN anywhere poisons the row's max
         if mars:
             margins = margin(z1, z2, self.measure)
