@@ -373,6 +373,7 @@ def test_cli_trains_a_head_that_generate_then_finds(capsys, tiny_dir, tmp_path, 
     (["--depth", "17"], "--depth must be at most 16"),
     (["--init", "head:/nonexistent/head"], "draft head not found: /nonexistent/head"),
     (["--arch", "eagle1", "--init", "head"], "--init fine-tunes an EAGLE-3 head"),
+    (["--compile", "fast"], "--compile fast: expected auto, on or off"),
 ])
 def test_cli_train_head_bad_input_is_one_line(capsys, tiny_dir, tmp_path, args, message):
     from .test_cli import run_cli
@@ -572,3 +573,54 @@ def test_fine_tuning_starts_from_the_given_head(tiny_target, tiny_data, tmp_path
     with pytest.raises(UserError, match="fine-tuning starts from an EAGLE-3 head"):
         train(tiny_target, sequences, features, TrainSettings(architecture="eagle1", vocab=30), tmp_path / "d.ckpt",
               False, {}, initial=first)
+
+
+def test_compiled_loss_equals_the_eager_loss_and_gradients(tiny_target, tiny_data, tmp_path):
+    """--compile on: the training step's loss through torch.compile (dynamic shapes) gives the eager
+    loss and gradients on batches of two lengths; auto stays eager for a short run, off always."""
+    from mars_cli.decoding.target import compile_unavailable
+    from mars_cli.head.train import COMPILE_MIN_STEPS, feature_layers, loss_function, new_eagle3_head
+
+    cpu = torch.device("cpu")
+    assert loss_function("off", 10_000, cpu) is head_loss
+    assert loss_function("auto", COMPILE_MIN_STEPS - 1, cpu) is head_loss
+    if compile_unavailable(cpu):
+        pytest.skip(compile_unavailable(cpu))
+    compiled = loss_function("on", 1, cpu)
+    assert compiled is not head_loss
+    sequences, _ = tiny_data
+    features = extract_features(tiny_target, sequences[:6], tmp_path / "f", 4,
+                                layers=feature_layers("eagle3", tiny_target.model))
+    torch.manual_seed(0)
+    head = new_eagle3_head(tiny_target, torch.arange(40), {}).train()
+    rows = tiny_target.model.get_output_embeddings().weight.detach()[head.vocab_ids].float()
+    for batch in (sequences[:3], sequences[3:6]):
+        inputs = make_batch(batch, features, 512)[:3]
+        results = []
+        for function in (head_loss, compiled):
+            head.zero_grad(set_to_none=True)
+            loss, _ = function(head, *inputs, 3, rows, "soft")
+            loss.backward()
+            results.append((loss.detach(), [p.grad.clone() for p in head.parameters()]))
+        (eager, eager_grads), (fused, fused_grads) = results
+        torch.testing.assert_close(fused, eager, rtol=1e-4, atol=1e-5)
+        for a, b in zip(fused_grads, eager_grads):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+
+
+def test_training_leaves_the_target_embeddings_without_gradient(tiny_target, tiny_data, tmp_path):
+    """The head borrows the target's embeddings untrained: a training step must not build (or sum
+    into the target) a vocabulary-wide gradient for them."""
+    from mars_cli.head.train import feature_layers, new_eagle3_head
+
+    sequences, _ = tiny_data
+    features = extract_features(tiny_target, sequences[:4], tmp_path / "f", 4,
+                                layers=feature_layers("eagle3", tiny_target.model))
+    head = new_eagle3_head(tiny_target, torch.arange(40), {}).train()
+    rows = tiny_target.model.get_output_embeddings().weight.detach()[head.vocab_ids].float()
+    embeddings = tiny_target.model.get_input_embeddings().weight
+    embeddings.grad = None
+    loss, _ = head_loss(head, *make_batch(sequences[:4], features, 512)[:3], 3, rows, "soft")
+    loss.backward()
+    assert embeddings.grad is None
+    assert head.fc.weight.grad is not None and bool(head.fc.weight.grad.abs().sum() > 0)

@@ -34,6 +34,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--every", type=int, default=1,
                         help="answer only the prompts whose index is a multiple of this (a study's subset)")
+    parser.add_argument("--offset", type=int, default=0,
+                        help="with --every N: the prompts whose index leaves this remainder instead (another subset)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     prompts, _, _ = load_prompts(args.prompts, args.prompts, 10)
@@ -50,7 +52,8 @@ def main() -> None:
               "sampled-then-greedy": [(answering.sampled, False), (lambda i: not answering.sampled(i), True)]}
     for select, longest_first in passes[args.modes]:
         if args.every > 1:
-            select = (lambda pick: lambda i: i % args.every == 0 and (pick is None or pick(i)))(select)
+            select = (lambda pick: lambda i: i % args.every == args.offset % args.every
+                      and (pick is None or pick(i)))(select)
         answered = generate(target, prompts, args.out, answering, args.batch, report, select, longest_first)
         print(f"{len(answered)} answers, {sum(len(s.output_ids) for s in answered)} answer tokens in {args.out}",
               flush=True)

@@ -189,7 +189,10 @@ class PairHead(nn.Module, ABC):
         """The target's embeddings of `tokens`, on the head's device and in its dtype (the target
         may sit elsewhere, or compute in another dtype)."""
         weight = self.fc.weight
-        return self.embed(tokens.to(self.embed.weight.device)).to(weight.device, weight.dtype)
+        # no gradient: the embeddings are the target's, not trained (with one, every training
+        # step built and summed a dense vocabulary-wide gradient into the target's weights)
+        with torch.no_grad():
+            return self.embed(tokens.to(self.embed.weight.device)).to(weight.device, weight.dtype)
 
     # ------------------------------------------------------------------ the layer's pieces
     def _attention_inputs(self, x: torch.Tensor, projections: tuple[nn.Linear, nn.Linear, nn.Linear],

@@ -54,6 +54,7 @@ class HeadRecipe:
         require(0.0 < self.sample_temperature <= 2.0,
                 f"--sample-temperature must be in (0, 2], got {self.sample_temperature}")
         require(settings.loss in LOSSES, f"--loss {settings.loss}: expected one of {', '.join(LOSSES)}")
+        require(settings.compile in ("auto", "on", "off"), f"--compile {settings.compile}: expected auto, on or off")
         require(settings.architecture in ARCHITECTURES,
                 f"--arch {settings.architecture}: expected one of {', '.join(ARCHITECTURES)}")
         require(self.generate_batch >= 1, f"--generate-batch must be at least 1, got {self.generate_batch}")

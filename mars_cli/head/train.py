@@ -45,6 +45,9 @@ ARCHITECTURES = ("eagle3", "eagle1")
 # soft: cross-entropy against the target's whole distribution over the draft vocabulary
 # (distillation, as EAGLE-3 and HASS train); hard: against its top token there (a one-hot label)
 LOSSES = ("soft", "hard")
+# compiling the training step takes 1-3 minutes on a 2-core CPU and saves about a third of each
+# step there (docs/head.md): below this many steps it is not won back
+COMPILE_MIN_STEPS = 200
 
 
 def feature_layers(architecture: str, target_model: torch.nn.Module) -> tuple[int, ...]:
@@ -69,6 +72,7 @@ class TrainSettings:
     seed: int = 0
     checkpoint_every: int = 50
     bfloat16: str = "auto"  # autocast the training steps: auto (where the CPU computes it), on, off
+    compile: str = "auto"  # torch.compile the loss: auto (runs of COMPILE_MIN_STEPS or more), on, off
 
 
 @dataclass
@@ -158,6 +162,24 @@ def head_loss(head: PairHead, tokens, feats, valid, depth: int,
             total, weights = total + REGRESSION_WEIGHT * regression + CLASSIFICATION_WEIGHT * cross, weights + 1.0
         parts[f"ce{d}"] = float(cross.detach())
     return total / weights, parts
+
+
+def loss_function(choice: str, steps: int, device: torch.device) -> Callable:
+    """`head_loss`, compiled (`torch.compile`, shapes dynamic: batches differ in length) when
+    `choice` is on, or auto for a run of at least COMPILE_MIN_STEPS `steps`. Compiling fuses the
+    loss's elementwise work over [positions, draft vocabulary] (softmax, cross-entropy, their
+    gradients), which outweighs the matrix products of a step on a CPU. `on` where torch cannot
+    compile is a UserError; `auto` then stays eager."""
+    from ..decoding.target import COMPILE_CHOICES, compile_unavailable
+
+    require(choice in COMPILE_CHOICES, f"--compile {choice}: expected auto, on or off")
+    if choice == "off" or (choice == "auto" and steps < COMPILE_MIN_STEPS):
+        return head_loss
+    problem = compile_unavailable(device)
+    if problem is not None:
+        require(choice != "on", f"--compile on: {problem}")
+        return head_loss
+    return torch.compile(head_loss, dynamic=True)
 
 
 @torch.no_grad()
@@ -325,6 +347,7 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
     # bfloat16 matrix products where the processor computes them natively (AMX / AVX512-BF16):
     # about 3x faster training steps here; the weights and the optimizer stay float32
     fast = settings.bfloat16 == "on" or (settings.bfloat16 == "auto" and cpu_computes_bfloat16())
+    compute_loss = loss_function(settings.compile, total - step, next(head.parameters()).device)
     while step < total:
         epoch, offset = divmod(step, steps_per_epoch)
         order = list(range(len(train_set)))
@@ -334,7 +357,7 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, total, settings.learning_rate)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=fast):  # fp32 weights and optimizer
-            objective, _ = head_loss(head, tokens, feats, valid, settings.depth, target_rows, settings.loss)
+            objective, _ = compute_loss(head, tokens, feats, valid, settings.depth, target_rows, settings.loss)
         optimizer.zero_grad(set_to_none=True)
         objective.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
