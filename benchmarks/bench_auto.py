@@ -7,6 +7,8 @@ plain decoding and the default (the draft head, tree shape and draft length from
 in each, methods rotating per sample (A B C D / D C B A), on the eval suites' first samples
 (first turns). Reported: tokens/s, tau and the ratio to the fastest plain decoding, and which dtype
 `--dtype auto` chooses here for each kind of session (measured, or read from the cache).
+`--packed-weights auto,off` also holds a target per packing mode (mars_cli/packing.py) and names
+each row by it: packed against dense linears, every other setting alike, interleaved.
 
     python benchmarks/bench_auto.py --suites chat,code --limit 8 --out benchmarks/results/auto-<machine>.json
 """
@@ -44,15 +46,19 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--packed-weights", default="auto", help="packing modes, comma-separated (auto, on, off)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
-    dtypes = args.dtypes.split(",")
-    targets = {dtype: load_model("smollm2-135m", dtype=dtype) for dtype in dtypes}
-    sessions = {(kind, dtype): Session(DecodingOptions.of(max_new_tokens=args.max_new_tokens, dtype=dtype, **options),
-                                       target=targets[dtype])
-                for kind, options in KINDS.items() for dtype in dtypes}
-    reference = targets["float32"] if "float32" in targets else load_model("smollm2-135m", dtype="float32")
+    dtypes, modes = args.dtypes.split(","), args.packed_weights.split(",")
+    # a row's name: kind and dtype, and the packing mode when several are compared
+    variants = {(dtype, mode): dtype if len(modes) == 1 else f"{dtype} packed:{mode}" for dtype in dtypes for mode in modes}
+    targets = {variant: load_model("smollm2-135m", dtype=variant[0]) for variant in variants}
+    sessions = {f"{kind} {label}": Session(DecodingOptions.of(max_new_tokens=args.max_new_tokens, dtype=dtype,
+                                                             packed_weights=mode, **options), target=targets[dtype, mode])
+                for kind, options in KINDS.items() for (dtype, mode), label in variants.items()}
+    reference = (targets["float32", modes[0]] if "float32" in dtypes and modes[0] == "off"
+                 else load_model("smollm2-135m", dtype="float32"))
     chosen = {}
     for kind in KINDS:  # measured on (or read for) a float32 target, as `--dtype auto` does
         choice = dtype_choice.choose(reference, speculative=kind != "plain")
@@ -70,19 +76,24 @@ def main() -> None:
             totals[key][1] += time.perf_counter() - start
             totals[key][0] += len(result.token_ids)
             totals[key][2] += result.stats.rounds
-    rows = {f"{kind} {dtype}": {"tokens_per_s": tokens / seconds, "tau": tokens / rounds}
-            for (kind, dtype), (tokens, seconds, rounds) in totals.items()}
-    fastest_plain = max(rows[f"plain {dtype}"]["tokens_per_s"] for dtype in dtypes)
+    rows = {name: {"tokens_per_s": tokens / seconds, "tau": tokens / rounds, "packed": sessions[name].packing.packed}
+            for name, (tokens, seconds, rounds) in totals.items()}
+    fastest_plain = max(row["tokens_per_s"] for name, row in rows.items() if name.startswith("plain "))
     for name, row in rows.items():
         row["vs_fastest_plain"] = row["tokens_per_s"] / fastest_plain
-        print(f"{name:18s} {row['tokens_per_s']:6.2f} tok/s  tau {row['tau']:.2f}  {row['vs_fastest_plain']:.3f}x the fastest plain")
-    auto_default = rows[f"default {chosen['default']['dtype']}"]["tokens_per_s"]
-    auto_plain = rows[f"plain {chosen['plain']['dtype']}"]["tokens_per_s"]
-    print(f"--dtype auto chose {chosen['plain']['dtype']} for plain decoding, {chosen['default']['dtype']} for the "
-          f"default: default / plain = {auto_default / auto_plain:.3f}x")
+        print(f"{name:32s} {row['tokens_per_s']:6.2f} tok/s  tau {row['tau']:.2f}  {row['vs_fastest_plain']:.3f}x the "
+              f"fastest plain{'  (packed)' if row['packed'] else ''}")
+    auto_ratio = None  # the default against plain decoding, each in the dtype auto chooses for it (if run)
+    if all((chosen[kind]["dtype"], modes[0]) in variants for kind in KINDS):
+        auto_default = rows[f"default {variants[chosen['default']['dtype'], modes[0]]}"]["tokens_per_s"]
+        auto_plain = rows[f"plain {variants[chosen['plain']['dtype'], modes[0]]}"]["tokens_per_s"]
+        auto_ratio = auto_default / auto_plain
+        print(f"--dtype auto chose {chosen['plain']['dtype']} for plain decoding, {chosen['default']['dtype']} for "
+              f"the default: default / plain = {auto_ratio:.3f}x")
     if args.out:
-        write_record(args.out, suites=args.suites, limit=args.limit, max_new_tokens=args.max_new_tokens, rows=rows,
-                     auto=chosen, auto_default_vs_auto_plain=auto_default / auto_plain)
+        write_record(args.out, suites=args.suites, limit=args.limit, max_new_tokens=args.max_new_tokens,
+                     packed_weights=modes, rows=rows,
+                     auto=chosen, auto_default_vs_auto_plain=auto_ratio)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Where a round of the default `mars generate` goes: drafting, the target's forward, verification.
 
-The default session (draft head, tree shape and draft length from the cost model) in bfloat16 and
-in float32, one loaded target each, variants alternating per sample (A B / B A) over the eval
+The default session (draft head, tree shape and draft length from the cost model) in bfloat16 with
+packed and with dense linears (`--packed-weights on` / `off`, mars_cli/packing.py) and in float32,
+one loaded target each, variants alternating per sample (A B / B A) over the eval
 suites' first turns. Reported per variant: milliseconds per round in each phase the loop times (`prefill`,
 `draft`, `target`, `verify`, `rollback`, `other`), tau, tokens/s, and drafting's share of a round
 (issue 27's goal: at most 1/6).
@@ -20,7 +21,7 @@ from mars_cli.models import load_model
 from mars_cli.options import DecodingOptions
 from mars_cli.session import Session
 
-VARIANTS = {"bfloat16": "bfloat16", "float32": "float32"}
+VARIANTS = {"bfloat16 packed": ("bfloat16", "on"), "bfloat16 dense": ("bfloat16", "off"), "float32": ("float32", "off")}
 
 
 def main() -> None:
@@ -32,10 +33,10 @@ def main() -> None:
     args = parser.parse_args()
 
     sessions = {}
-    for name, dtype in VARIANTS.items():
+    for name, (dtype, packed) in VARIANTS.items():
         target = load_model("smollm2-135m", dtype=dtype)
         sessions[name] = Session(DecodingOptions.of(max_new_tokens=args.max_new_tokens, dtype=dtype, draft="auto",
-                                                    num_draft="auto"), target=target)
+                                                    num_draft="auto", packed_weights=packed), target=target)
     prompts = [sample.turns[0] for suite in args.suites.split(",") for sample in load_suite(suite, args.limit).samples]
     for session in sessions.values():  # warm-up: kernels, cost curves, the chooser's first rounds
         session.run(prompts[0])

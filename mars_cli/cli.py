@@ -209,7 +209,7 @@ def calibrate(
 
 
 @app.command("train-head")
-@decoding_flags("model", "num_draft", without=("device_map", "compile"), defaults={"num_draft": "4"})
+@decoding_flags("model", "num_draft", without=("device_map", "compile", "packed_weights"), defaults={"num_draft": "4"})
 def train_head(
     *,
     options: DecodingOptions,  # the model flags and --num-draft, from @decoding_flags

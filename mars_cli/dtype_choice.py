@@ -47,6 +47,7 @@ import torch
 
 from . import notes
 from .decoding import cost
+from .errors import first_line
 from .models import DTYPES, LoadedModel
 
 SCHEMA = 3  # 3: drafting sessions chosen for apart (the key's "decoding")
@@ -333,7 +334,7 @@ def check_usable(target: LoadedModel, use: Callable[[str], None], names: Sequenc
         try:
             chosen, finite = _argmaxes(target, use, name, prompts)
         except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
-            found.append(Candidate(name, False, problem=f"torch cannot run it ({_first_line(exc)})"))
+            found.append(Candidate(name, False, problem=f"torch cannot run it ({first_line(exc)})"))
             continue
         agreement = float(torch.cat(chosen).eq(torch.cat(reference)).float().mean())
         if not finite:
@@ -365,11 +366,6 @@ def _argmaxes(target: LoadedModel, use: Callable[[str], None], name: str,
             finite = finite and bool(torch.isfinite(logits).all())
             chosen.append(logits.argmax(-1).cpu())
     return chosen, finite
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def require_usable(target: LoadedModel, name: str, flag: str) -> None:

@@ -24,3 +24,9 @@ def check_seed(seed: int | None, flag: str = "--seed") -> None:
     for the offsets added to it (the drafter's seed + 1, calibration's seed + call number)."""
     require(seed is None or SEED_MIN <= seed <= SEED_MAX,
             f"{flag} must be an integer between {SEED_MIN} and {SEED_MAX}, got {seed}")
+
+
+def first_line(error: BaseException) -> str:
+    """An exception's message cut to its first line (what a one-line error shows), or its type's name."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -92,6 +92,10 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
           help="Static KV caches with compiled target forwards and drafting steps (CUDA graphs on CUDA): 'on', "
                "'off', or 'auto' (on "
                "for CUDA where torch can compile; off on CPU, where the compile time is not won back)."),
+    _flag("packed_weights", str, "auto", "--packed-weights", rich_help_panel=MODEL,
+          help="Run the target's bfloat16 linear layers on weights packed once for the CPU's matrix kernels, "
+               "instead of reordered in every call: 'on', 'off', or 'auto' (on where a measurement here says it "
+               "pays: once per model, device, dtype and torch, cached). Same numbers either way."),
     _flag("device_map", Optional[str], None, "--device-map", rich_help_panel=MODEL,
           help="'auto' spreads a target too large for one device over GPUs (and CPU) with accelerate."),
     _flag("trust_remote_code", bool, False, "--trust-remote-code", rich_help_panel=MODEL,
@@ -103,7 +107,8 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
 # The flags of each option group, named as DecodingOptions' groups (mars_cli/options.py); a name
 # a command asks for that is not a group is a single flag.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "model": ("target", "device", "dtype", "compile", "device_map", "trust_remote_code", "allow_pickle"),
+    "model": ("target", "device", "dtype", "compile", "packed_weights", "device_map", "trust_remote_code",
+              "allow_pickle"),
     "drafting": ("draft", "num_draft", "draft_topk", "draft_tokens", "head_confidence"),
     "verification": ("verify", "threshold", "margin", "calibration", "force"),
     "sampling": ("temperature", "top_p", "top_k", "seed"),

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import torch
 
-from .errors import UserError, require
+from .errors import UserError, first_line, require
 from .paths import cache_dir
 from .notes import note, warn
 
@@ -465,8 +465,7 @@ def _file_fingerprint(model_dir: Path, per_tensor: int) -> str:
             with torch.device("meta"):
                 skeleton = AutoModelForCausalLM.from_config(config)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"cannot read model {str(model_dir)!r}: {first_line}") from exc
+        raise UserError(f"cannot read model {str(model_dir)!r}: {first_line(exc)}") from exc
     state = skeleton.state_dict(keep_vars=True)  # kept as parameters: tied keys share one object
     aliases: dict[int, list[str]] = {}
     for name, tensor in state.items():
@@ -624,8 +623,7 @@ def load_model(
     except UserError:
         raise
     except (OSError, ValueError, KeyError, RuntimeError, EOFError, SafetensorError, pickle.UnpicklingError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"cannot load model {spec!r}: {first_line}") from exc
+        raise UserError(f"cannot load model {spec!r}: {first_line(exc)}") from exc
     if device_map is None:
         model = model.to(torch_device)
     model.eval()

@@ -43,6 +43,7 @@ class ModelOptions:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     compile: str = "auto"  # static cache + compiled forwards: auto, on or off (decoding/target.py)
+    packed_weights: str = "auto"  # bfloat16 linears on prepacked weights: auto, on or off (packing.py)
 
     def load(self, spec: str | None = None, *, dtype: torch.dtype | None = None,
              measure_dtypes: bool = False, speculative: bool = False) -> LoadedModel:
@@ -56,6 +57,7 @@ class ModelOptions:
         settings: dict = asdict(self)
         settings.pop("target")
         settings.pop("compile")  # how the scorer runs the model, not how it is loaded
+        settings.pop("packed_weights")  # decided once the dtype is (session.py)
         if spec is not None:
             settings["device_map"] = None
         if dtype is not None:
@@ -200,6 +202,8 @@ class DecodingOptions:
         """Every bad value gets one clear sentence (the CLI turns it into exit code 2)."""
         self.verification.validate()
         require(self.model.compile in ("auto", "on", "off"), f"--compile {self.model.compile}: expected auto, on or off")
+        require(self.model.packed_weights in ("auto", "on", "off"),
+                f"--packed-weights {self.model.packed_weights}: expected auto, on or off")
         require(self.max_new_tokens >= 1, f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
         self.sampling.validate()
         self.drafting.validate()

@@ -24,6 +24,7 @@ from .decoding.tree import CHAIN, TreeShape
 from .decoding.verifiers import Verifier
 from .calibration.profiles import resolve_threshold
 from .errors import require
+from . import packing
 from .models import LoadedModel
 from .options import DecodingOptions
 from .prompts import encode_messages
@@ -64,6 +65,8 @@ class Session:
         )
         self.draft_model: LoadedModel | None = draft_model
         compiled = self._compiled = resolve_compile(options.model.compile, self.target)
+        # before the cost curves: they time the forwards as this session runs them
+        self.packing = packing.settle(self.target, options.model.packed_weights, compiled)
         self._measuring = cost.Budget()  # first use: the curve's widths are measured in about 10 s at most
         # drafter -> the features it reads -> scorer -> cost curve -> tree shape -> drafter: the
         # drafter's source is resolved first, the drafter built last, with its shape
@@ -75,6 +78,8 @@ class Session:
         self.scorer = TargetScorer(self.target, feature_layers, static_cache=compiled, compile=compiled,
                                    headroom=options.max_new_tokens + widest + 2, fallback=options.model.compile == "auto")
         self.drafter = self._build_drafter(kind, head, CHAIN if kind == "none" else self._tree_shape())
+        if self.packing.packed and head is not None:  # the head's products are the target's kind (bfloat16 here)
+            packing.install(head)
         if kind == "ngram" and isinstance(drafting.draft_topk, int) and drafting.draft_topk > 1:
             note("n-gram lookup has no distribution to branch on: its tree's branches are the continuations of "
                  "earlier matches, as many as it finds", once=True)
@@ -231,6 +236,7 @@ class Session:
             device=str(self.target.device),
             dtype=str(self.target.dtype).replace("torch.", ""),
             compiled=self.scorer.compiled,
+            packed_weights=self.packing.packed,
             torch_version=torch.__version__,
             threads=torch.get_num_threads(),
         )

@@ -137,6 +137,16 @@ def exact_auto_dtype(monkeypatch):
     monkeypatch.setattr(dtype_choice, "choose", exact)
 
 
+@pytest.fixture(autouse=True)
+def dense_auto_packing(monkeypatch):
+    """`--packed-weights auto` measures whether packed linears pay here (mars_cli/packing.py): as
+    with the dtype, in-process tests get the dense linears for `auto`, unmeasured and uncached;
+    tests/test_packing.py overrides this fixture to measure."""
+    from mars_cli import packing
+
+    monkeypatch.setattr(packing, "choose", lambda target, *, fresh=False: packing.PackingChoice(False, unsaved="a test"))
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     from mars_cli.models import load_model

@@ -249,13 +249,15 @@ def busy_reason() -> str | None:
 
 
 def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, compiled: bool,
-              context: int) -> dict:
-    """Everything the cost depends on that can change between runs on one machine."""
+              context: int, packed: bool = False) -> dict:
+    """Everything the cost depends on that can change between runs on one machine (`packed`: the
+    linears run on prepacked weights, mars_cli/packing.py)."""
     return {
         **machine_key(model_fingerprint, device),
         "dtype": str(dtype).replace("torch.", ""),
         "compiled": compiled,
         "context": context,
+        "packed": packed,
     }
 
 
@@ -504,7 +506,10 @@ def curve_for(scorer: "TargetScorer", widths: Sequence[int] | None = None, *, fr
     LOCK_WAIT_S it decodes with `default_curve`, uncached. `fresh` measures every width afresh,
     unbounded (`mars profile --widths`); so is a compiled scorer's measuring (its few widths)."""
     target = scorer.target
-    key = curve_key(target.fingerprint, target.device, target.dtype, scorer.compiled, CONTEXT_TOKENS)
+    from ..packing import installed
+
+    key = curve_key(target.fingerprint, target.device, target.dtype, scorer.compiled, CONTEXT_TOKENS,
+                    installed(target.model))
     wanted = sorted(set(widths or (COMPILED_WIDTHS if scorer.compiled else DEFAULT_WIDTHS)) | {1})
     have: dict[int, float] = {}
     if not fresh:

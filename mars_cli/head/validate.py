@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..inputs import file_kind, read_at_most
 
 MAX_CONFIG_BYTES = 1 << 20  # a head's config.json is a few KiB; more is not a config
@@ -31,12 +31,6 @@ BYTES_PER_PARAMETER = 4  # heads compute in float32 whatever their file's dtype
 
 FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}
 INT_DTYPES = {"I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64"}
-
-
-def first_line(error: BaseException) -> str:
-    """An exception's message cut to its first line (errors here are one line), or its type's name."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 # --------------------------------------------------------------------------- files

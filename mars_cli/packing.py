@@ -1,0 +1,270 @@
+"""`--packed-weights`: the target's bfloat16 linear layers on weights prepacked for oneDNN (CPU).
+
+On a CPU, torch runs a bfloat16 `F.linear` through oneDNN with the weight in torch's plain layout,
+which oneDNN reorders into its blocked layout inside every call: 211 reorders of 270 MB of weights
+per forward of SmolLM2-135M. Packing each weight once (`torch.ops.mkldnn._reorder_linear_weight`,
+what inductor's weight freezing does) and calling the packed product
+(`torch.ops.mkldnn._linear_pointwise`) gives the same numbers without the reorders: on an Intel
+Xeon with AMX a plain step took 10-20% less and a 25-wide tree round 20-30% less (docs/benchmarks.md).
+Float32 is left alone: it is the exact mode, and MKL's packed float32 product only pays at the one
+width it was packed for.
+
+The packed copy is a snapshot: each packed layer checks on every call that its weight is still the
+tensor it packed (the dtype chooser swaps weights in place), and otherwise, or when autograd
+needs the product, runs `F.linear` as before. Whether packing pays is measured, never assumed
+(`choose`): plain steps and tree-wide forwards, dense and packed interleaved, once per model,
+device, dtype and torch, cached under `<cache>/packing/` like the dtype choice and cost curves.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from . import notes
+from .decoding import cost
+from .errors import UserError, first_line
+
+MODES = ("auto", "on", "off")
+SCHEMA = 1
+FOLDER = "packing"  # <cache>/packing/<hash of the key>.json
+# oneDNN picks its blocking for the rows it is told to expect; 25 (a default 4 x 24 tree round) was
+# the best of 1, 16, 25 and 64 for widths 1 and 25 on the Intel Xeon with AMX (docs/benchmarks.md)
+PACK_ROWS = 25
+WIDTHS = (1, PACK_ROWS)  # what the measurement times: a plain step and a tree round
+STEPS = 4  # forwards of each width per timed block
+REPEATS = 5  # blocks per variant, dense and packed interleaved; the median counts
+PREFERENCE = 0.97  # packed is used when its block takes at most this fraction of dense's
+BUDGET_S = 8.0  # a first use measures for about this long at most
+TOLERANCE = 1e-2  # the probe: packed and dense products agree within this (relative to the output's scale)
+
+
+@dataclass
+class PackingChoice:
+    """Whether the target's linears run packed, and the measurement that decided it."""
+
+    packed: bool
+    problem: str | None = None  # why packing cannot be used here
+    ms_dense: float | None = None  # median block: STEPS forwards at each of WIDTHS
+    ms_packed: float | None = None
+    key: dict = field(default_factory=dict)
+    cached: bool = False
+    unsaved: str | None = None  # measured now but not cached, and why
+
+    def to_json(self) -> str:
+        import json
+
+        return json.dumps({"schema": SCHEMA, **asdict(self)}, indent=1)
+
+
+def packable(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    """The linear layers packing applies to: bfloat16 weights on the CPU."""
+    return [module for module in model.modules() if isinstance(module, torch.nn.Linear)
+            and module.weight.device.type == "cpu" and module.weight.dtype == torch.bfloat16]
+
+
+def problem(model: torch.nn.Module) -> str | None:
+    """Why this model's linears cannot run packed here (one sentence), or None: no bfloat16 linear
+    on the CPU, a torch without the oneDNN ops, or a probe whose packed product raises or differs
+    from `F.linear`'s."""
+    layers = packable(model)
+    if not layers:
+        return "only bfloat16 linear layers on the CPU are packed"
+    if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        return f"torch {torch.__version__} has no oneDNN packed linear product"
+    layer = layers[0]
+    probe = torch.randn(PACK_ROWS, layer.in_features, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    try:
+        with torch.inference_mode():
+            packed = _PackedForward(layer, PACK_ROWS)
+            got, expected = packed.product(probe).float(), F.linear(probe, layer.weight, layer.bias).float()
+    except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
+        return f"torch cannot pack bfloat16 weights on this CPU ({first_line(exc)})"
+    scale = float(expected.abs().max()) or 1.0
+    if not torch.allclose(got, expected, rtol=0, atol=TOLERANCE * scale):
+        return "the packed product differs from torch's on this CPU"
+    return None
+
+
+def _identity(weight: torch.Tensor) -> tuple:
+    """What tells a weight's values apart from those packed: its storage, dtype, shape and (outside
+    inference tensors, which keep none) its version counter, which every in-place write bumps."""
+    version = None if weight.is_inference() else weight._version
+    return weight.data_ptr(), weight.dtype, tuple(weight.shape), version
+
+
+class _PackedForward:
+    """One linear layer's forward on its packed weight, falling back to `F.linear` when the
+    weight is no longer what was packed (swapped, cast or written since) or autograd needs the product."""
+
+    def __init__(self, layer: torch.nn.Linear, rows: int) -> None:
+        self.layer = layer
+        self.source = _identity(layer.weight)
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach(), rows)
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.layer.bias, "none", [], "")
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.layer.weight
+        needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+        if needs_grad or x.dtype != weight.dtype or _identity(weight) != self.source:
+            return F.linear(x, weight, self.layer.bias)
+        return self.product(x)
+
+
+def install(model: torch.nn.Module, rows: int = PACK_ROWS) -> int:
+    """Run every packable linear of `model` on a packed copy of its weight (again after `remove`;
+    a layer already packed is left as it is). Returns the layers packed now."""
+    return len(_use(_packed_forwards(model, rows)))
+
+
+def _packed_forwards(model: torch.nn.Module, rows: int) -> list[_PackedForward]:
+    """A packed forward for each packable linear of `model` (the one it runs already, if packed)."""
+    with torch.no_grad():
+        return [layer.__dict__["forward"] if isinstance(layer.__dict__.get("forward"), _PackedForward)
+                else _PackedForward(layer, rows) for layer in packable(model)]
+
+
+def _use(forwards: list[_PackedForward]) -> list[_PackedForward]:
+    """Give each layer its packed forward; returns those that were not in use."""
+    fresh = [forward for forward in forwards if forward.layer.__dict__.get("forward") is not forward]
+    for forward in fresh:
+        forward.layer.forward = forward
+    return fresh
+
+
+def remove(model: torch.nn.Module) -> None:
+    """Every linear of `model` back on `F.linear` (the packed copies are freed)."""
+    for module in model.modules():
+        if isinstance(module.__dict__.get("forward"), _PackedForward):
+            del module.forward
+
+
+def installed(model: torch.nn.Module) -> bool:
+    """Whether any linear of `model` runs packed."""
+    return any(isinstance(module.__dict__.get("forward"), _PackedForward) for module in model.modules())
+
+
+# --------------------------------------------------------------------------- choosing
+def settle(target, mode: str, compiled: bool) -> PackingChoice:
+    """Pack `target`'s linears or not, for `--packed-weights mode`: `off` never; `on` wherever
+    it can be done (else a UserError); `auto` when a measurement (cached) says it pays. A compiled
+    scorer's forwards are left to the compiler."""
+    if mode not in MODES:
+        raise UserError(f"--packed-weights {mode}: expected auto, on or off")
+    if mode == "off":
+        remove(target.model)
+        return PackingChoice(False, problem="--packed-weights off")
+    why = "a compiled forward is left to torch.compile" if compiled else problem(target.model)
+    if why is not None:
+        if mode == "on":
+            raise UserError(f"--packed-weights on: {why}")
+        return PackingChoice(False, problem=why)
+    choice = PackingChoice(True) if mode == "on" else choose(target)
+    if choice.packed:
+        install(target.model)
+    else:
+        remove(target.model)
+    return choice
+
+
+def packing_key(target) -> dict:
+    """What the measurement depends on that can change between runs on one machine."""
+    return {**cost.machine_key(target.fingerprint, target.device), "dtype": str(target.dtype).replace("torch.", ""),
+            "rows": PACK_ROWS, "widths": list(WIDTHS)}
+
+
+def load_cached(key: dict) -> PackingChoice | None:
+    """The cached choice for `key`, or None when absent, stale or malformed (measured again)."""
+    data = cost.read_entry(cost.cache_path(key, FOLDER), SCHEMA, key)
+    if data is None:
+        return None
+    try:
+        packed, dense_ms, packed_ms = data["packed"], data["ms_dense"], data["ms_packed"]
+        times = (dense_ms, packed_ms)
+        if not isinstance(packed, bool) or not all(isinstance(ms, (int, float)) and not isinstance(ms, bool)
+                                                   and cost.MIN_PLAUSIBLE_MS <= ms <= cost.MAX_PLAUSIBLE_MS
+                                                   for ms in times):
+            return None
+    except cost.ENTRY_ERRORS:
+        return None
+    if packed != (packed_ms <= PREFERENCE * dense_ms):
+        return None
+    return PackingChoice(packed, None, float(dense_ms), float(packed_ms), key, cached=True)
+
+
+def choose(target, *, fresh: bool = False) -> PackingChoice:
+    """Whether packing pays for `target` here: the cached answer, else measured (within BUDGET_S,
+    under the entry's lock) and cached, with one note on stderr. `fresh` measures again, unbounded,
+    silently. Packing is left installed only if chosen (the caller installs it)."""
+    key = packing_key(target)
+    path = cost.cache_path(key, FOLDER)
+    if not fresh:
+        cached = load_cached(key)
+        if cached is not None:
+            return cached
+    with cost.EntryLock(path, cost.LOCK_WAIT_S, None) as lock:
+        if not lock.acquired:  # another process is measuring: dense for this run, as before packing
+            return PackingChoice(False, key=key, unsaved=f"another mars process was still measuring after "
+                                                         f"{cost.LOCK_WAIT_S:.0f} s")
+        cached = None if fresh else load_cached(key)
+        if cached is not None:
+            return cached
+        choice = measure(target, key, None if fresh else cost._now() + BUDGET_S)
+        if choice.unsaved is None and not cost.save_or_note(path, choice.to_json(), "packing measurement"):
+            choice.unsaved = "the cache cannot be written"
+    if not fresh:
+        notes.note(describe(choice))
+    return choice
+
+
+def measure(target, key: dict, deadline: float | None = None) -> PackingChoice:
+    """Time blocks of STEPS forwards at each of WIDTHS after cost.CONTEXT_TOKENS cached tokens,
+    dense and packed interleaved (REPEATS each); packed wins at PREFERENCE of dense or less."""
+    from .decoding.kv import KVCache
+
+    busy = cost.busy_reason()
+    generator = torch.Generator().manual_seed(0)
+    context = torch.randint(0, target.vocab_size, (1, cost.CONTEXT_TOKENS), generator=generator)
+    feeds = [torch.randint(0, target.vocab_size, (1, width), generator=generator) for width in WIDTHS]
+    model = target.model
+    forwards = _packed_forwards(model, PACK_ROWS)  # packed once: a block times forwards, not packing
+    caches: dict[str, KVCache] = {}
+
+    def run(variant: str) -> None:
+        _use(forwards) if variant == "packed" else remove(model)
+        if variant not in caches:
+            caches[variant] = KVCache(model)
+            caches[variant].forward(context.to(target.device))
+        for feed in feeds:
+            for _ in range(STEPS):
+                caches[variant].forward(feed.to(target.device))
+                caches[variant].truncate(cost.CONTEXT_TOKENS)
+
+    try:
+        with torch.inference_mode():
+            blocks = cost.time_interleaved(run, ["dense", "packed"], REPEATS, deadline=deadline)
+    finally:
+        remove(model)
+    dense, packed = (statistics.median(blocks[name]) if blocks.get(name) else None for name in ("dense", "packed"))
+    short = [name for name in ("dense", "packed") if len(blocks.get(name) or []) < REPEATS]
+    unsaved = busy or (f"the measuring ran out of its {BUDGET_S:.0f} s" if short else None)
+    if dense is None or packed is None:
+        return PackingChoice(False, None, dense, packed, key, unsaved=unsaved or "not measured")
+    return PackingChoice(packed <= PREFERENCE * dense, None, dense, packed, key, unsaved=unsaved)
+
+
+def describe(choice: PackingChoice) -> str:
+    """The one line a measured choice is announced with."""
+    verdict = "packed" if choice.packed else "left dense"
+    line = (f"--packed-weights auto: the target's bfloat16 linears {verdict} (a plain step and a {PACK_ROWS}-wide "
+            f"round, {STEPS} each: {choice.ms_dense:.0f} ms dense, {choice.ms_packed:.0f} ms packed)"
+            if choice.ms_dense is not None and choice.ms_packed is not None
+            else f"--packed-weights auto: the target's bfloat16 linears {verdict}")
+    if choice.unsaved is None:
+        return line + "; measured once per model, device, dtype and torch version, then cached"
+    return line + f"; for this run only ({choice.unsaved}), measured again next time"
