@@ -50,7 +50,7 @@ from .decoding import cost
 from .errors import first_line
 from .models import DTYPES, LoadedModel
 
-SCHEMA = 3  # 3: drafting sessions chosen for apart (the key's "decoding")
+SCHEMA = 4  # 3: drafting sessions chosen for apart (the key's "decoding"); 4: bfloat16 timed packed
 PLAIN, SPECULATIVE = "plain", "speculative"  # how the session decodes: what the choice compares
 FOLDER = "dtypes"  # <cache>/dtypes/<hash of the key>.json
 EXACT = "float32"  # the reference every candidate is checked against; `--dtype float32` is the exact mode
@@ -81,10 +81,11 @@ def candidates(device: torch.device) -> tuple[str, ...]:
     return (EXACT, "bfloat16") if device.type == "cpu" else (EXACT, "bfloat16", "float16")
 
 
-def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = False) -> dict:
-    """Everything the choice depends on that can change between runs on one machine."""
+def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = False, packed: bool = False) -> dict:
+    """Everything the choice depends on that can change between runs on one machine (`packed`:
+    bfloat16 timed on packed linears, as a session with `--packed-weights` other than off runs it)."""
     return {**cost.machine_key(model_fingerprint, device), "candidates": list(candidates(device)),
-            "decoding": SPECULATIVE if speculative else PLAIN}
+            "decoding": SPECULATIVE if speculative else PLAIN, "packed_bfloat16": packed}
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Candidate:
     # speculative sessions: the target's expected milliseconds per emitted token, and in what shape
     ms_per_token: float | None = None
     shape: str | None = None
+    packed: bool = False  # timed on packed linears (mars_cli/packing.py)
 
     @property
     def compared(self) -> float | None:
@@ -195,8 +197,11 @@ def _candidate(entry: dict) -> Candidate | None:
         return None
     if shape is not None and not isinstance(shape, str):
         return None
+    packed = entry.get("packed", False)
+    if not isinstance(packed, bool):
+        return None
     return Candidate(dtype, usable, _number(entry.get("agreement")), problem, _number(ms), _number(entry.get("spread")),
-                     int(entry.get("repeats", 0)), per_token, shape)
+                     int(entry.get("repeats", 0)), per_token, shape, packed)
 
 
 def _number(value: object) -> float | None:
@@ -209,14 +214,16 @@ def _number(value: object) -> float | None:
 
 
 # --------------------------------------------------------------------------- choosing
-def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = False) -> DtypeChoice:
+def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = False,
+           packed: bool = False) -> DtypeChoice:
     """The dtype `--dtype auto` decodes `target` in (loaded in float32, left in float32 here),
-    for a session that drafts (`speculative`) or not:
+    for a session that drafts (`speculative`) or not, bfloat16 timed on packed linears (`packed`)
+    where they can be packed:
     the cached choice, else measured under the entry's lock and cached, with one note on stderr.
     `fresh` (`mars profile --dtypes`) measures afresh, unbounded, and says nothing (the table
     does). A process that finds the lock held waits for the other's result and reads it; after
     cost.LOCK_WAIT_S it decodes in float32, uncached."""
-    key = dtype_key(target.fingerprint, target.device, speculative)
+    key = dtype_key(target.fingerprint, target.device, speculative, packed)
     path = cost.cache_path(key, FOLDER)
     if not fresh:
         cached = load_cached(key)
@@ -243,27 +250,31 @@ def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = Fals
 
 def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> DtypeChoice:
     """Check and time each candidate on `target` (loaded in float32; left in float32)."""
+    from .packing import Switch
+
     names = list(key["candidates"])
     busy = cost.busy_reason()  # before measuring: the measuring itself loads the machine
+    switch = Switch(target.model) if key.get("packed_bfloat16") else None
+    packed: set[str] = set()  # the candidates that ran on packed linears
+
+    def use(name: str) -> None:
+        """The weights in dtype `name`; bfloat16's on packed linears where asked for and possible
+        (switched, not packed again, from the second time on)."""
+        weights.use(name)
+        if switch is not None and switch.set(name == "bfloat16"):
+            packed.add(name)
+
     with _Weights(target.model) as weights:
-        found = check_usable(target, weights.use, names)
-        usable = [c.dtype for c in found if c.usable]
-        samples = time_steps(target, weights.use, usable, deadline)
-        for candidate in found:
-            times = samples.get(candidate.dtype) or []
-            if times:
-                candidate.ms_per_step = statistics.median(times)
-                candidate.spread = max(times) / min(times) if min(times) > 0 else math.inf
-                candidate.repeats = len(times)
-        if key.get("decoding") == SPECULATIVE:
-            for candidate in found:
-                if candidate.ms_per_step is not None:
-                    weights.use(candidate.dtype)
-                    candidate.ms_per_token, candidate.shape = speculative_cost(
-                        target, candidate.dtype, candidate.ms_per_step, fresh=deadline is None)
+        try:
+            found = _measured(target, key, use, names, deadline)
+        finally:
+            if switch is not None:
+                switch.set(False)
+    for candidate in found:
+        candidate.packed = candidate.dtype in packed
     timed = [c for c in found if c.ms_per_step is not None]
     unsteady = [c.dtype for c in timed if c.spread > MAX_SPREAD]
-    short = [name for name in usable if len(samples.get(name) or []) < REPEATS]
+    short = [c.dtype for c in found if c.usable and c.repeats < REPEATS]
     unsaved = busy
     if unsaved is None and unsteady:
         unsaved = f"{' and '.join(unsteady)} steps varied more than {MAX_SPREAD:g}x between repeats: a busy machine"
@@ -272,12 +283,33 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> Dt
     return DtypeChoice(key, fastest(found), found, unsaved=unsaved)
 
 
+def _measured(target: LoadedModel, key: dict, use: Callable[[str], None], names: Sequence[str],
+              deadline: float | None) -> list[Candidate]:
+    """Each candidate checked, timed and (a speculative session) estimated, with `use` switching."""
+    found = check_usable(target, use, names)
+    usable = [c.dtype for c in found if c.usable]
+    samples = time_steps(target, use, usable, deadline)
+    for candidate in found:
+        times = samples.get(candidate.dtype) or []
+        if times:
+            candidate.ms_per_step = statistics.median(times)
+            candidate.spread = max(times) / min(times) if min(times) > 0 else math.inf
+            candidate.repeats = len(times)
+    if key.get("decoding") == SPECULATIVE:
+        for candidate in found:
+            if candidate.ms_per_step is not None:
+                use(candidate.dtype)  # its curve is measured as the session would run it
+                candidate.ms_per_token, candidate.shape = speculative_cost(
+                    target, candidate.dtype, candidate.ms_per_step, fresh=deadline is None)
+    return found
+
+
 def describe(choice: DtypeChoice) -> str:
     """The one line a measured choice is announced with."""
     timed = sorted((c for c in choice.candidates if c.ms_per_step is not None),
                    key=lambda c: c.dtype != choice.chosen)
-    steps = ", ".join(f"{c.ms_per_step:.1f} ms in {c.dtype}" for c in timed)
-    estimated = ", ".join(f"{c.ms_per_token:.1f} ms in {c.dtype} with {c.shape}"
+    steps = ", ".join(f"{c.ms_per_step:.1f} ms in {_label(c)}" for c in timed)
+    estimated = ", ".join(f"{c.ms_per_token:.1f} ms in {_label(c)} with {c.shape}"
                           for c in timed if c.ms_per_token is not None)
     if estimated:
         line = (f"--dtype auto for speculative decoding: {choice.chosen} (target forwards per token, estimated from "
@@ -294,6 +326,10 @@ def describe(choice: DtypeChoice) -> str:
         return line + ("; measured once per model, device and torch version, then cached (`mars profile --dtypes` "
                        "shows it; --dtype float32 is the exact mode)")
     return line + f"; for this run only ({choice.unsaved}), measured again next time"
+
+
+def _label(candidate: Candidate) -> str:
+    return candidate.dtype + (" (packed linears)" if candidate.packed else "")
 
 
 def speculative_cost(target: LoadedModel, name: str, plain_ms: float,

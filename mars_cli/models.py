@@ -579,6 +579,7 @@ def load_model(
     allow_pickle: bool = False,
     measure_dtypes: bool = False,
     speculative: bool = False,
+    packed_weights: str = "auto",
 ) -> LoadedModel:
     """Load a spec onto a device (or across devices with `device_map="auto"`).
 
@@ -587,7 +588,9 @@ def load_model(
     and converts the weights in place to the winner; an explicit float16 on a CPU loads in float32
     and must pass the usability check first. `measure_dtypes` (`mars profile --dtypes`) measures
     afresh whatever `dtype` says, and attaches the measurement (`LoadedModel.dtype_choice`).
-    `speculative`: the model will be decoded with drafting, which `auto` chooses for."""
+    `speculative`: the model will be decoded with drafting, which `auto` chooses for;
+    `packed_weights` (`--packed-weights`): unless off, `auto` times bfloat16 on packed linears, as
+    the session will run it where packing pays (packing.py; the session decides that itself)."""
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -640,7 +643,8 @@ def load_model(
         from . import dtype_choice
 
         if measuring:
-            loaded.dtype_choice = dtype_choice.choose(loaded, fresh=measure_dtypes, speculative=speculative)
+            loaded.dtype_choice = dtype_choice.choose(loaded, fresh=measure_dtypes, speculative=speculative,
+                                                      packed=packed_weights != "off")
         final = loaded.dtype_choice.dtype if wanted is None else wanted
         if half_on_cpu:
             dtype_choice.require_usable(loaded, "float16", "--dtype")

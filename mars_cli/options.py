@@ -57,7 +57,6 @@ class ModelOptions:
         settings: dict = asdict(self)
         settings.pop("target")
         settings.pop("compile")  # how the scorer runs the model, not how it is loaded
-        settings.pop("packed_weights")  # decided once the dtype is (session.py)
         if spec is not None:
             settings["device_map"] = None
         if dtype is not None:

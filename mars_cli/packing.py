@@ -137,6 +137,30 @@ def _use(forwards: list[_PackedForward]) -> list[_PackedForward]:
     return fresh
 
 
+class Switch:
+    """A model's linears switched between packed and dense without packing again, for timed
+    comparisons (here, and the dtype chooser's bfloat16 candidate): packed on the first `set(True)`
+    if they can be (`problem`), whatever the model's dtype is then; dense on `set(False)`."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.forwards: list[_PackedForward] | None = None
+        self.refused: str | None = None  # why they cannot be packed, once tried
+
+    def set(self, packed: bool) -> bool:
+        """Packed or dense; returns whether the linears run packed now."""
+        if not packed or self.refused is not None:
+            remove(self.model)
+            return False
+        if self.forwards is None:
+            self.refused = problem(self.model)
+            if self.refused is not None:
+                return False
+            self.forwards = _packed_forwards(self.model, PACK_ROWS)
+        _use(self.forwards)
+        return True
+
+
 def remove(model: torch.nn.Module) -> None:
     """Every linear of `model` back on `F.linear` (the packed copies are freed)."""
     for module in model.modules():
@@ -232,11 +256,11 @@ def measure(target, key: dict, deadline: float | None = None) -> PackingChoice:
     context = torch.randint(0, target.vocab_size, (1, cost.CONTEXT_TOKENS), generator=generator)
     feeds = [torch.randint(0, target.vocab_size, (1, width), generator=generator) for width in WIDTHS]
     model = target.model
-    forwards = _packed_forwards(model, PACK_ROWS)  # packed once: a block times forwards, not packing
+    switch = Switch(model)  # packed once: a block times forwards, not packing
     caches: dict[str, KVCache] = {}
 
     def run(variant: str) -> None:
-        _use(forwards) if variant == "packed" else remove(model)
+        switch.set(variant == "packed")
         if variant not in caches:
             caches[variant] = KVCache(model)
             caches[variant].forward(context.to(target.device))

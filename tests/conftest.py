@@ -130,7 +130,7 @@ def exact_auto_dtype(monkeypatch):
     and uncached (the exact mode); tests/test_dtype_choice.py overrides this fixture to measure."""
     from mars_cli import dtype_choice
 
-    def exact(target, *, fresh: bool = False, speculative: bool = False):
+    def exact(target, *, fresh: bool = False, speculative: bool = False, packed: bool = False):
         return dtype_choice.DtypeChoice(dtype_choice.dtype_key(target.fingerprint, target.device), "float32",
                                         [dtype_choice.Candidate("float32", True, 1.0)], unsaved="a test")
 

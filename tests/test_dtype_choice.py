@@ -207,7 +207,7 @@ def test_a_corrupt_or_stale_entry_is_measured_again(tiny_dir, probe, cache, kind
 def test_an_entry_that_is_a_directory_is_measured_and_noted(tiny_dir, probe, cache, capsys):
     probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
     key = dtype_choice.dtype_key(load_model(str(tiny_dir), device="cpu", dtype="float32").fingerprint,
-                                 torch.device("cpu"))
+                                 torch.device("cpu"), packed=True)  # --packed-weights auto times packed
     cost.cache_path(key, dtype_choice.FOLDER).mkdir(parents=True)
     loaded = auto(tiny_dir)
     assert loaded.dtype == torch.bfloat16 and loaded.dtype_choice.unsaved == "the cache cannot be written"
@@ -242,7 +242,7 @@ def test_a_held_lock_decodes_in_float32_uncached(tiny_dir, probe, monkeypatch, c
 
     fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
     key = dtype_choice.dtype_key(load_model(str(tiny_dir), device="cpu", dtype="float32").fingerprint,
-                                 torch.device("cpu"))
+                                 torch.device("cpu"), packed=True)  # --packed-weights auto times packed
     lock = cost.cache_path(key, dtype_choice.FOLDER).with_suffix(".json.lock")
     lock.parent.mkdir(parents=True)
     monkeypatch.setattr(cost, "LOCK_WAIT_S", 0.0)
@@ -324,7 +324,9 @@ def test_a_drafting_session_chooses_by_cost_per_token_a_plain_one_by_step(tiny_d
     assert drafting.target.dtype == torch.bfloat16 and plain.target.dtype == torch.float32
     assert fake.estimated == ["float32", "bfloat16"]  # only the drafting session estimates
     line = next(line for line in capsys.readouterr().err.splitlines() if "for speculative decoding" in line)
-    assert "bfloat16 (target forwards per token" in line and "5.0 ms in bfloat16 with a chain of 2" in line
+    packed = {c.dtype: c.packed for c in drafting.target.dtype_choice.candidates}["bfloat16"]
+    label = "bfloat16 (packed linears)" if packed else "bfloat16"
+    assert "bfloat16 (target forwards per token" in line and f"5.0 ms in {label} with a chain of 2" in line
     assert len(entries(cache)) == 2
     Session(DecodingOptions.of(target=str(tiny_dir), draft="ngram", device="cpu", max_new_tokens=4))
     assert len(fake.asked) == 2 and len(fake.estimated) == 2  # cached
@@ -393,3 +395,30 @@ def test_eval_chooses_for_drafting_when_any_method_drafts(tiny_dir, probe, capsy
     payload = json.loads(capsys.readouterr().out)
     assert code == 0 and bool(fake.estimated) == speculative
     assert payload["config"]["dtype"] == ("bfloat16" if speculative else "float32")
+
+
+# ----------------------------------------------------------------------------- packed bfloat16
+def test_bfloat16_is_timed_on_packed_linears_when_asked(tiny_dir, monkeypatch, cache, capsys):
+    from mars_cli import packing
+
+    if packing.problem(torch.nn.Linear(8, 8).to(torch.bfloat16)) is not None:
+        pytest.skip("this torch or CPU has no oneDNN packed bfloat16 product")
+    seen: dict[str, bool] = {}
+
+    def time_steps(target, use, names, deadline=None):
+        for name in names:
+            use(name)
+            seen[name] = packing.installed(target.model)
+        return {name: [10.0 if name == "float32" else 6.0] * dtype_choice.REPEATS for name in names}
+
+    monkeypatch.setattr(dtype_choice, "time_steps", time_steps)
+    target = load_model(str(tiny_dir), device="cpu", dtype="float32")
+    choice = dtype_choice.choose(target, packed=True)
+    assert seen == {"float32": False, "bfloat16": True}
+    assert {c.dtype: c.packed for c in choice.candidates} == {"float32": False, "bfloat16": True}
+    assert choice.key["packed_bfloat16"] is True and not packing.installed(target.model)
+    assert {p.dtype for p in target.model.parameters()} == {torch.float32}  # left in float32, dense
+    assert "bfloat16 (packed linears)" in capsys.readouterr().err
+    assert dtype_choice.choose(target, packed=True).cached  # cached under its own key
+    assert not dtype_choice.choose(target, packed=False).cached
+    assert seen == {"float32": False, "bfloat16": False}  # not asked: dense
