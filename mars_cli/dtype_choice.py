@@ -224,26 +224,15 @@ def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = Fals
     does). A process that finds the lock held waits for the other's result and reads it; after
     cost.LOCK_WAIT_S it decodes in float32, uncached."""
     key = dtype_key(target.fingerprint, target.device, speculative, packed)
-    path = cost.cache_path(key, FOLDER)
-    if not fresh:
-        cached = load_cached(key)
-        if cached is not None:
-            return cached
     waiting = None if fresh else (lambda: notes.note(
         f"another mars process is measuring which dtype decodes fastest; waiting for it (at most "
         f"{cost.LOCK_WAIT_S:.0f} s)"))
-    with cost.EntryLock(path, cost.LOCK_WAIT_S, waiting) as lock:
-        if not lock.acquired:
-            choice = DtypeChoice(key, EXACT, [Candidate(EXACT, True, 1.0)],
-                                 unsaved=f"another mars process was still measuring after {cost.LOCK_WAIT_S:.0f} s")
-        else:
-            cached = None if fresh else load_cached(key)  # measured by another process while this one waited?
-            if cached is not None:
-                return cached
-            choice = measure(target, key, None if fresh else cost._now() + BUDGET_S)
-            if choice.unsaved is None and not cost.save_or_note(path, choice.to_json(), "dtype measurement"):
-                choice.unsaved = "the cache cannot be written"
-    if not fresh:
+    choice = cost.cached_or_measured(
+        cost.cache_path(key, FOLDER), lambda: load_cached(key),
+        lambda: measure(target, key, None if fresh else cost._now() + BUDGET_S),
+        lambda why: DtypeChoice(key, EXACT, [Candidate(EXACT, True, 1.0)], unsaved=why),
+        "dtype measurement", fresh, waiting)
+    if not fresh and not choice.cached:
         notes.note(describe(choice))
     return choice
 

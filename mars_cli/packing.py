@@ -226,22 +226,12 @@ def choose(target, *, fresh: bool = False) -> PackingChoice:
     under the entry's lock) and cached, with one note on stderr. `fresh` measures again, unbounded,
     silently. Packing is left installed only if chosen (the caller installs it)."""
     key = packing_key(target)
-    path = cost.cache_path(key, FOLDER)
-    if not fresh:
-        cached = load_cached(key)
-        if cached is not None:
-            return cached
-    with cost.EntryLock(path, cost.LOCK_WAIT_S, None) as lock:
-        if not lock.acquired:  # another process is measuring: dense for this run, as before packing
-            return PackingChoice(False, key=key, unsaved=f"another mars process was still measuring after "
-                                                         f"{cost.LOCK_WAIT_S:.0f} s")
-        cached = None if fresh else load_cached(key)
-        if cached is not None:
-            return cached
-        choice = measure(target, key, None if fresh else cost._now() + BUDGET_S)
-        if choice.unsaved is None and not cost.save_or_note(path, choice.to_json(), "packing measurement"):
-            choice.unsaved = "the cache cannot be written"
-    if not fresh:
+    choice = cost.cached_or_measured(
+        cost.cache_path(key, FOLDER), lambda: load_cached(key),
+        lambda: measure(target, key, None if fresh else cost._now() + BUDGET_S),
+        lambda why: PackingChoice(False, key=key, unsaved=why),  # dense for this run, as before packing
+        "packing measurement", fresh)
+    if not fresh and not choice.cached:
         notes.note(describe(choice))
     return choice
 

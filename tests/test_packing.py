@@ -10,13 +10,14 @@ import os
 import pytest
 import torch
 
-from mars_cli import notes, packing
+from mars_cli import packing
 from mars_cli.decoding import cost
 from mars_cli.errors import UserError
 from mars_cli.models import load_model
 from mars_cli.options import DecodingOptions
 from mars_cli.session import Session
 from tests.test_cli import run_cli
+from tests.test_dtype_choice import cache  # noqa: F401 - the test's own cache, a quiet machine, notes afresh
 
 pytestmark = pytest.mark.skipif(packing.problem(torch.nn.Linear(8, 8).to(torch.bfloat16)) is not None,
                                 reason="this torch or CPU has no oneDNN packed bfloat16 product")
@@ -26,14 +27,6 @@ pytestmark = pytest.mark.skipif(packing.problem(torch.nn.Linear(8, 8).to(torch.b
 def dense_auto_packing():
     """Overrides conftest's fixture of this name: here `--packed-weights auto` measures."""
     yield
-
-
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    monkeypatch.setattr(notes, "_SHOWN", set())
-    return tmp_path / "cache"
 
 
 @pytest.fixture

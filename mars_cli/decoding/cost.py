@@ -484,6 +484,32 @@ class EntryLock:
             self.handle.close()  # closing releases the lock
 
 
+M = TypeVar("M")
+
+
+def cached_or_measured(path: Path, read: Callable[[], M | None], measure: Callable[[], M],
+                       held: Callable[[str], M], what: str, fresh: bool = False,
+                       waiting: Callable[[], None] | None = None) -> M:
+    """A measurement cached at `path` (a dtype choice, a packing choice): `read()` unless `fresh`,
+    else `measure()`d under the entry's lock (read again once it is had: another process may have
+    measured it meanwhile) and saved as its `to_json()` unless its `unsaved` says why not (set when
+    the cache cannot be written). A lock still held after LOCK_WAIT_S gives `held(reason)`."""
+    if not fresh:
+        cached = read()
+        if cached is not None:
+            return cached
+    with EntryLock(path, LOCK_WAIT_S, waiting) as lock:
+        if not lock.acquired:
+            return held(f"another mars process was still measuring after {LOCK_WAIT_S:.0f} s")
+        cached = None if fresh else read()
+        if cached is not None:
+            return cached
+        result = measure()
+        if result.unsaved is None and not save_or_note(path, result.to_json(), what):  # type: ignore[attr-defined]
+            result.unsaved = "the cache cannot be written"  # type: ignore[attr-defined]
+    return result
+
+
 def _spans(widths: Sequence[int]) -> str:
     """1, 2, 3, 5, 9 -> "1-3, 5, 9"."""
     runs: list[list[int]] = []
