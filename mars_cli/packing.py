@@ -5,7 +5,8 @@ which oneDNN reorders into its blocked layout inside every call: 211 reorders of
 per forward of SmolLM2-135M. Packing each weight once (`torch.ops.mkldnn._reorder_linear_weight`,
 what inductor's weight freezing does) and calling the packed product
 (`torch.ops.mkldnn._linear_pointwise`) gives the same numbers without the reorders: on an Intel
-Xeon with AMX a plain step took 10-20% less and a 25-wide tree round 20-30% less (docs/benchmarks.md).
+Xeon with AMX a forward of SmolLM2 took about 20% less at width 1 and at width 25, and plain
+decoding ran 1.13-1.15x faster (docs/benchmarks.md).
 Float32 is left alone: it is the exact mode, and MKL's packed float32 product only pays at the one
 width it was packed for.
 
