@@ -61,7 +61,7 @@ def main() -> None:
                  else load_model("smollm2-135m", dtype="float32"))
     chosen = {}
     for kind in KINDS:  # measured on (or read for) a float32 target, as `--dtype auto` does
-        choice = dtype_choice.choose(reference, speculative=kind != "plain")
+        choice = dtype_choice.choose(reference, speculative=kind != "plain", packed=modes[0] != "off")
         chosen[kind] = {"dtype": choice.chosen, "cached": choice.cached, "candidates": [vars(c) for c in choice.candidates]}
     prompts = [sample.turns[0] for name in args.suites.split(",") for sample in load_suite(name, args.limit).samples]
     for session in sessions.values():  # warm-up: kernels, cost curves, the chooser's first rounds
