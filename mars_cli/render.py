@@ -215,7 +215,8 @@ def dtype_table(measured: dict) -> list[Table | str]:
             usable = f"no: {candidate['problem']}"
         per_token, shape = candidate.get("ms_per_token"), candidate.get("shape")
         estimate = ("-" if per_token is None else f"{per_token:.1f}", shape or "-") if speculative else ()
-        table.add_row(candidate["dtype"], "-" if ms is None else f"{ms:.1f}", *estimate, usable,
+        label = candidate["dtype"] + (" (packed linears)" if candidate.get("packed") else "")
+        table.add_row(label, "-" if ms is None else f"{ms:.1f}", *estimate, usable,
                       "← --dtype auto" if candidate["dtype"] == measured["chosen"] else "")
     lines: list[Table | str] = [table]
     if measured.get("exact_kept_over"):

@@ -369,6 +369,9 @@ def test_profile_dtypes_shows_the_table(tiny_dir, capsys, cache):
     assert "float32" in table and "bfloat16" in table and "yes (the reference)" in table
     assert out.count("← --dtype auto") == 1
     assert ("cached for --dtype auto in" in out) == (entries(cache) != [])
+    from mars_cli import packing  # bfloat16 was timed as sessions run it: on packed linears where they can be
+
+    assert ("(packed" in table) == (packing.problem(torch.nn.Linear(8, 8).to(torch.bfloat16)) is None)
 
 
 def test_profile_dtypes_json_reports_the_measurement(tiny_dir, capsys, probe):
