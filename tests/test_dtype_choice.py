@@ -171,6 +171,14 @@ def test_the_cache_is_keyed(tiny_dir, tiny_draft_dir, probe, monkeypatch):
     monkeypatch.setattr(cost, "_cpu_name", lambda: "another CPU")  # another machine
     auto(tiny_dir)
     assert len(fake.asked) == 3
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # the same machine, oneDNN kept to AVX2
+    auto(tiny_dir)
+    assert len(fake.asked) == 4
+    auto(tiny_dir)
+    assert len(fake.asked) == 4  # cached under that cap
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")  # ATEN_CPU_CAPABILITY=default
+    auto(tiny_dir)
+    assert len(fake.asked) == 5
 
 
 def _valid_entry(cache) -> tuple[object, dict]:

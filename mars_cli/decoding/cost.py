@@ -201,9 +201,23 @@ def machine_key(model_fingerprint: str, device: torch.device) -> dict:
     return {
         "model": model_fingerprint,
         "device": f"{device.type}:{device_name}",
+        "kernels": _cpu_kernels() if device.type == "cpu" else "",
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }
+
+
+# environment variables that cap the instruction set oneDNN's kernels use (its old and new names)
+ONEDNN_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+def _cpu_kernels() -> str:
+    """The instruction set the CPU kernels actually run with, which is not always what the CPU
+    lists: `ATEN_CPU_CAPABILITY=avx2` makes torch's own kernels AVX2 ones, and
+    `ONEDNN_MAX_CPU_ISA=AVX2` keeps oneDNN's matrix products off AVX-512 and AMX. A measurement
+    taken under such a cap must not serve a run without it, nor the reverse."""
+    caps = [f"{name}={os.environ[name]}" for name in ONEDNN_ISA_VARIABLES if os.environ.get(name)]
+    return " ".join([torch.backends.cpu.get_cpu_capability(), *caps])
 
 
 # the CPU features a matrix kernel's speed turns on (x86 and Arm names, as /proc/cpuinfo lists them)
