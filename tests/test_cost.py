@@ -113,14 +113,24 @@ def test_measuring_leaves_the_scorer_usable(tiny_target):
         assert scorer.score(torch.tensor([3]), DraftTree.chain(torch.tensor([4])), width=2).logits.shape[0] == 2
 
 
-def test_tree_shape_takes_the_widest_measured_tree_within_the_cost_ratio():
-    from mars_cli.decoding.cost import TREE_TOPK, tree_shape
+def test_tree_shape_takes_the_fewest_milliseconds_per_expected_token():
+    from mars_cli.decoding.cost import TREE_TOPK, tree_shape, tree_tau
     from mars_cli.decoding.tree import TreeShape
 
     assert tree_shape(STEEP) == TreeShape(1, 0)  # every extra position a full step: chains
     widths = (*range(1, 18), 25, 33, 49, 65)
-    gentle = CostCurve({}, {w: 50.0 + 0.25 * w for w in widths})  # 33 wide: 1.16x; 49 wide: 1.24x
-    assert tree_shape(gentle) == TreeShape(TREE_TOPK, 32)
+    gentle = CostCurve({}, {w: 50.0 + 0.25 * w for w in widths})  # per token: 8 nodes 24.4, 16 22.9, 32 23.5
+    assert tree_shape(gentle) == TreeShape(TREE_TOPK, 16)
+    flat = CostCurve({}, {w: 50.0 for w in widths})  # width free: the largest tree that still gains
+    assert tree_shape(flat) == TreeShape(TREE_TOPK, 32)
+    # the curve that made the fixed 1.2x cap draft chains (Intel Xeon with AMX, bfloat16 packed):
+    amx = CostCurve({}, {1: 34.3, 2: 37.8, 3: 37.8, 4: 43.0, 5: 43.0, 9: 41.3, 17: 43.8, 25: 46.9, 33: 51.2,
+                         49: 58.2, 65: 68.4})
+    assert tree_shape(amx) == TreeShape(TREE_TOPK, 16)
+    float32 = CostCurve({}, {1: 40.8, 2: 43.9, 3: 43.5, 4: 57.1, 5: 58.3, 9: 68.4, 17: 74.9, 25: 82.1, 33: 118.0,
+                             49: 113.2, 65: 150.0})  # the same CPU in float32: width is dear, chains
+    assert tree_shape(float32) == TreeShape(1, 0)
+    assert tree_tau(8) < tree_tau(12) < tree_tau(16) < tree_tau(24) < tree_tau(32) == tree_tau(64)
     compiled = CostCurve({}, {1: 2.4, 5: 2.4, 17: 2.5})  # a compiled curve: 17 is the only tree width
     assert tree_shape(compiled) == TreeShape(TREE_TOPK, 16)
     assert tree_shape(CostCurve({}, {1: 2.4, 5: 2.4})) == TreeShape(1, 0)  # never extrapolated
@@ -237,7 +247,7 @@ def test_speculative_estimate_picks_the_cheapest_shape_per_token():
     assert shape == "a chain of 4" and ms == pytest.approx(10.0 / 1.9375)
     better_trees = (0.9, 0.8)  # 1 + .9 + .72 = 2.62 tokens: 11 ms / 2.62 beats the chain's 10 ms / 1.94
     ms, shape = cost.speculative_estimate(flat, chain, better_trees)
-    assert shape == "a 4 x 64 tree" and ms == pytest.approx(11.0 / 2.62)
+    assert shape == "a 4 x 32 tree" and ms == pytest.approx(11.0 / 2.62)  # 32 nodes: as much as 64 brings
     steep = CostCurve({}, {1: 10.0, 2: 11.0, 3: 16.0, 4: 22.0, 5: 28.0, **{n + 1: 10.0 * n for n in cost.TREE_SIZES}})
     assert cost.speculative_estimate(steep, chain, tree) == (pytest.approx(11.0 / 1.5), "a chain of 1")
     dear = CostCurve({}, {w: 10.0 * w for w in cost.ESTIMATE_WIDTHS})

@@ -91,24 +91,42 @@ TREE_DEPTH = 6  # `--num-draft auto` with a tree: the most levels searched
 TREE_DEPTHS = (3, 4, 5, 6)  # the depths auto chooses from (or none); each level is one drafter step
 TREE_SIZES = (8, 16, 24, 32, 48, 64)  # a curve measures widths 9, 17, 25, 33, 49 and 65
 SHAPE_WIDTHS = (1, *(n + 1 for n in TREE_SIZES))  # all that `tree_shape` reads
-TREE_COST_RATIO = 1.2  # a tree may make the verification forward this much dearer than a plain step
 TREE_TOPK = 4
+# Tau by tree size (TREE_TOPK children a node, 3 levels), measured with the shipped SmolLM2 head in
+# bfloat16 on the held-out chat and code suites (docs/benchmarks.md, "Tree shapes"): 8 nodes 2.14,
+# 16 nodes 2.37, 32 nodes 2.48. Sizes between are interpolated in log2(size); past 32 no further
+# gain is assumed, so a larger tree must be as cheap to verify to be chosen.
+TREE_TAU = {8: 2.14, 16: 2.37, 32: 2.48}
+
+
+def tree_tau(size: int) -> float:
+    """The tokens a round of a `size`-node tree is expected to emit (TREE_TAU, interpolated)."""
+    sizes = sorted(TREE_TAU)
+    if size <= sizes[0]:
+        return TREE_TAU[sizes[0]]
+    for small, large in zip(sizes, sizes[1:]):
+        if size <= large:
+            share = (math.log2(size) - math.log2(small)) / (math.log2(large) - math.log2(small))
+            return TREE_TAU[small] + share * (TREE_TAU[large] - TREE_TAU[small])
+    return TREE_TAU[sizes[-1]]
 
 
 def tree_shape(curve: CostCurve) -> TreeShape:
-    """`--draft-topk auto` / `--draft-tokens auto`: the widest tree whose verification forward
-    costs at most TREE_COST_RATIO times a plain step on this device and dtype (measured), with
-    TREE_TOPK children per node; a chain where even 8 nodes cost more (float32 on a CPU, where
-    width is dear). Only measured widths count (a compiled curve has 1, 5 and 17). The ratio and
-    sizes come from the tree benchmarks in docs/benchmarks.md: on this project's CPU in bfloat16,
-    16 nodes (1.18x a plain step's cost there) were as fast as 8 or faster, 32 slower: acceptance
-    grows slowly past 16 nodes while the forward's cost keeps rising."""
-    plain = curve.cost(1)
-    measured = [n for n in TREE_SIZES if n + 1 in curve.ms_by_width]  # never an extrapolated width
-    affordable = [n for n in measured if curve.ms_by_width[n + 1] <= TREE_COST_RATIO * plain]
-    if not affordable:
+    """`--draft-topk auto` / `--draft-tokens auto`: the tree whose verification forward costs the
+    fewest milliseconds per expected token (its measured width's cost over `tree_tau`), or a chain
+    where the best chain of up to ESTIMATE_MAX_DRAFT drafts (ESTIMATE_CHAIN_ACCEPTANCE) costs fewer
+    (float32 on a CPU, where width is dear). Only measured widths count (a compiled curve has 1, 5
+    and 17). A fixed cap on the tree's cost relative to a plain step (1.2x, until 2026-12-01) turned
+    on noise: on the Intel Xeon with AMX a 9-wide forward measured 1.204x and the default drafted
+    chains at 1.34x plain instead of trees at 1.68x."""
+    trees = [n for n in TREE_SIZES if n + 1 in curve.ms_by_width]  # never an extrapolated width
+    if not trees:
         return CHAIN
-    return TreeShape(TREE_TOPK, max(affordable))
+    size = min(trees, key=lambda n: curve.ms_by_width[n + 1] / tree_tau(n))
+    chains = [k for k in range(1, ESTIMATE_MAX_DRAFT + 1) if k + 1 in curve.ms_by_width]
+    chain_ms = min((curve.ms_by_width[k + 1] / expected_tokens(ESTIMATE_CHAIN_ACCEPTANCE, k) for k in chains),
+                   default=curve.cost(1))
+    return TreeShape(TREE_TOPK, size) if curve.ms_by_width[size + 1] / tree_tau(size) < chain_ms else CHAIN
 
 
 # `--dtype auto` for a session that drafts (mars_cli/dtype_choice.py) compares dtypes by what a round
