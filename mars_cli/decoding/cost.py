@@ -119,14 +119,18 @@ def tree_shape(curve: CostCurve) -> TreeShape:
     and 17). A fixed cap on the tree's cost relative to a plain step (1.2x, until 2026-12-01) turned
     on noise: on the Intel Xeon with AMX a 9-wide forward measured 1.204x and the default drafted
     chains at 1.34x plain instead of trees at 1.68x."""
-    trees = [n for n in TREE_SIZES if n + 1 in curve.ms_by_width]  # never an extrapolated width
+    trees = {n: curve.ms_by_width[n + 1] / tree_tau(n)  # ms per token; never an extrapolated width
+             for n in TREE_SIZES if n + 1 in curve.ms_by_width}
     if not trees:
         return CHAIN
-    size = min(trees, key=lambda n: curve.ms_by_width[n + 1] / tree_tau(n))
+    size = min(trees, key=trees.get)
     chains = [k for k in range(1, ESTIMATE_MAX_DRAFT + 1) if k + 1 in curve.ms_by_width]
-    chain_ms = min((curve.ms_by_width[k + 1] / expected_tokens(ESTIMATE_CHAIN_ACCEPTANCE, k) for k in chains),
-                   default=curve.cost(1))
-    return TreeShape(TREE_TOPK, size) if curve.ms_by_width[size + 1] / tree_tau(size) < chain_ms else CHAIN
+    if chains:
+        k = best_draft_length(curve, ESTIMATE_CHAIN_ACCEPTANCE, 0.0, ESTIMATE_MAX_DRAFT, lengths=chains)
+        chain_ms = curve.cost(k + 1) / expected_tokens(ESTIMATE_CHAIN_ACCEPTANCE, k)
+    else:
+        chain_ms = curve.cost(1)
+    return TreeShape(TREE_TOPK, size) if trees[size] < chain_ms else CHAIN
 
 
 # `--dtype auto` for a session that drafts (mars_cli/dtype_choice.py) compares dtypes by what a round
