@@ -8,9 +8,10 @@ quiet machine; with a second heavy job on its two cores, the order flipped). So 
 model, device and torch version (`dtype_key`), the target, loaded in float32, is timed in each
 candidate (float32 and bfloat16; float16 too on a GPU): a short prompt prefilled, then single-token
 cached forwards through the decoding loop's own scorer, dtypes interleaved A B A B with repeats,
-median per step (`time_steps`). The fastest usable one wins, and the choice and its measurement are
-cached as JSON under `<cache>/dtypes/`, like the cost curves (decoding/cost.py, whose helpers this
-uses). A float32 model is then converted in place (`cast_parameters`): loaded once.
+median per step (`time_steps`); timed once more, the blocks pooled, when a lower precision's step
+is a close call against float32's (within cost.CLOSE_CALL of EXACT_PREFERENCE). The fastest usable
+one wins, and the choice and its measurement are cached as JSON under `<cache>/dtypes/`, like the
+cost curves (decoding/cost.py, whose helpers this uses). A float32 model is then converted in place (`cast_parameters`): loaded once.
 
 A session that drafts (`speculative`) is decoded in rounds whose verification forward is wider than
 a plain step, and what width costs differs between dtypes far more than a plain step does (on an
@@ -278,6 +279,9 @@ def _measured(target: LoadedModel, key: dict, use: Callable[[str], None], names:
     found = check_usable(target, use, names)
     usable = [c.dtype for c in found if c.usable]
     samples = time_steps(target, use, usable, deadline)
+    if _close_call(samples):  # timed again, the blocks pooled
+        again = None if deadline is None else cost._now() + BUDGET_S
+        samples = cost.pooled(samples, time_steps(target, use, usable, again))
     for candidate in found:
         times = samples.get(candidate.dtype) or []
         if times:
@@ -293,6 +297,15 @@ def _measured(target: LoadedModel, key: dict, use: Callable[[str], None], names:
     return found
 
 
+def _close_call(samples: dict[str, list[float]]) -> bool:
+    """Whether a lower precision's median step lies within cost.CLOSE_CALL of EXACT_PREFERENCE of
+    float32's: a verdict that one slow minute could turn."""
+    medians = {name: statistics.median(times) for name, times in samples.items() if times}
+    exact = medians.get(EXACT)
+    return bool(exact) and any(cost.close_call(ms / exact, EXACT_PREFERENCE)
+                               for name, ms in medians.items() if name != EXACT)
+
+
 def describe(choice: DtypeChoice) -> str:
     """The one line a measured choice is announced with."""
     timed = sorted((c for c in choice.candidates if c.ms_per_step is not None),
@@ -305,6 +318,8 @@ def describe(choice: DtypeChoice) -> str:
                 f"the cost curves: {estimated}; a plain step took {steps})")
     else:
         line = f"--dtype auto: {choice.chosen}" + (f" (a plain decoding step took {steps})" if steps else "")
+    if any(c.repeats > REPEATS for c in choice.candidates):
+        line += "; timed twice: a close call"
     kept = exact_kept(choice)
     if kept:
         line += f"; float32 kept, exact: {kept} was not {1 - EXACT_PREFERENCE:.0%} faster"

@@ -56,6 +56,7 @@ class PackingChoice:
     key: dict = field(default_factory=dict)
     cached: bool = False
     unsaved: str | None = None  # measured now but not cached, and why
+    timed_twice: bool = False  # the first blocks were a close call (cost.close_call): pooled with a second set
 
     def to_json(self) -> str:
         import json
@@ -221,7 +222,8 @@ def load_cached(key: dict) -> PackingChoice | None:
         return None
     if packed != (packed_ms <= PREFERENCE * dense_ms):
         return None
-    return PackingChoice(packed, None, float(dense_ms), float(packed_ms), key, cached=True)
+    return PackingChoice(packed, None, float(dense_ms), float(packed_ms), key, cached=True,
+                         timed_twice=data.get("timed_twice") is True)
 
 
 def choose(target, *, fresh: bool = False) -> PackingChoice:
@@ -241,7 +243,8 @@ def choose(target, *, fresh: bool = False) -> PackingChoice:
 
 def measure(target, key: dict, deadline: float | None = None) -> PackingChoice:
     """Time blocks of STEPS forwards at each of WIDTHS after cost.CONTEXT_TOKENS cached tokens,
-    dense and packed interleaved (REPEATS each); packed wins at PREFERENCE of dense or less."""
+    dense and packed interleaved (REPEATS each, and REPEATS more when the first say a close call);
+    packed wins at PREFERENCE of dense or less."""
     from .decoding.kv import KVCache
 
     busy = cost.busy_reason()
@@ -262,24 +265,35 @@ def measure(target, key: dict, deadline: float | None = None) -> PackingChoice:
                 caches[variant].forward(feed.to(target.device))
                 caches[variant].truncate(cost.CONTEXT_TOKENS)
 
+    def medians(blocks: dict[str, list[float]]) -> tuple[float | None, float | None]:
+        return tuple(statistics.median(blocks[name]) if blocks.get(name) else None for name in ("dense", "packed"))
+
+    timed_twice = False
     try:
         with torch.inference_mode():
             blocks = cost.time_interleaved(run, ["dense", "packed"], REPEATS, deadline=deadline)
+            dense, packed = medians(blocks)
+            if dense and packed is not None and cost.close_call(packed / dense, PREFERENCE):
+                again = None if deadline is None else cost._now() + BUDGET_S
+                blocks = cost.pooled(blocks, cost.time_interleaved(run, ["dense", "packed"], REPEATS, deadline=again))
+                timed_twice = True
     finally:
         remove(model)
-    dense, packed = (statistics.median(blocks[name]) if blocks.get(name) else None for name in ("dense", "packed"))
-    short = [name for name in ("dense", "packed") if len(blocks.get(name) or []) < REPEATS]
+    dense, packed = medians(blocks)
+    short = [name for name in ("dense", "packed") if len(blocks.get(name) or []) < REPEATS * (1 + timed_twice)]
     unsaved = busy or (f"the measuring ran out of its {BUDGET_S:.0f} s" if short else None)
     if dense is None or packed is None:
         return PackingChoice(False, None, dense, packed, key, unsaved=unsaved or "not measured")
-    return PackingChoice(packed <= PREFERENCE * dense, None, dense, packed, key, unsaved=unsaved)
+    return PackingChoice(packed <= PREFERENCE * dense, None, dense, packed, key, unsaved=unsaved,
+                         timed_twice=timed_twice)
 
 
 def describe(choice: PackingChoice) -> str:
     """The one line a measured choice is announced with."""
     verdict = "packed" if choice.packed else "left dense"
     line = (f"--packed-weights auto: the target's bfloat16 linears {verdict} (a plain step and a {PACK_ROWS}-wide "
-            f"round, {STEPS} each: {choice.ms_dense:.0f} ms dense, {choice.ms_packed:.0f} ms packed)"
+            f"round, {STEPS} each: {choice.ms_dense:.0f} ms dense, {choice.ms_packed:.0f} ms packed"
+            f"{', timed twice: a close call' if choice.timed_twice else ''})"
             if choice.ms_dense is not None and choice.ms_packed is not None
             else f"--packed-weights auto: the target's bfloat16 linears {verdict}")
     if choice.unsaved is None:

@@ -99,6 +99,23 @@ def test_float32_wins_when_faster_or_within_noise(tiny_dir, probe, cache, capsys
     assert "float32 kept, exact: bfloat16 was not 3% faster" in capsys.readouterr().err
 
 
+def test_a_close_call_is_timed_again_and_decided_on_every_block(tiny_dir, monkeypatch, cache, capsys):
+    calls = iter([{"float32": [100.0] * 5, "bfloat16": [96.0] * 5},  # 0.96: a close call at 0.97
+                  {"float32": [100.0] * 5, "bfloat16": [80.0] * 5}])
+    asked = []
+
+    def timing(target, use, names, deadline=None):
+        asked.append(list(names))
+        return next(calls)
+
+    monkeypatch.setattr(dtype_choice, "time_steps", timing)
+    loaded = auto(tiny_dir)
+    assert len(asked) == 2 and loaded.dtype_choice.chosen == "bfloat16"  # median of 96 x 5 and 80 x 5: 0.88
+    bf16 = next(c for c in loaded.dtype_choice.candidates if c.dtype == "bfloat16")
+    assert bf16.repeats == 10 and bf16.ms_per_step == 88.0
+    assert "timed twice: a close call" in capsys.readouterr().err
+
+
 def test_the_real_probe_interleaves_dtypes_and_leaves_float32_weights(tiny_target):
     used: list[str] = []
     with dtype_choice._Weights(tiny_target.model) as weights:

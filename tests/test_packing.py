@@ -123,6 +123,28 @@ def test_auto_stays_dense_within_noise(bf16_target, monkeypatch):
     assert not choice.packed and not packing.installed(bf16_target.model)
 
 
+def test_a_close_call_is_timed_again_and_decided_on_every_block(bf16_target, monkeypatch, cache, capsys):
+    timings = iter([{"dense": [100.0] * 5, "packed": [99.0] * 5},  # 0.99: a close call at 0.97
+                    {"dense": [100.0] * 5, "packed": [80.0] * 5}])
+    runs = []
+
+    def timed(run, items, repeats, synchronize=lambda: None, deadline=None):
+        runs.append(list(items))
+        return next(timings)
+
+    monkeypatch.setattr(cost, "time_interleaved", timed)
+    choice = packing.settle(bf16_target, "auto", compiled=False)
+    assert len(runs) == 2 and choice.timed_twice and choice.packed  # median of 99 x 5 and 80 x 5: 89.5
+    assert choice.ms_packed == 89.5 and choice.unsaved is None
+    assert "timed twice: a close call" in capsys.readouterr().err
+    assert packing.settle(bf16_target, "auto", compiled=False).timed_twice  # and so it is cached
+
+
+def test_a_clear_verdict_is_timed_once(bf16_target, monkeypatch):
+    runs = fake_timing(monkeypatch, dense_ms=100.0, packed_ms=70.0)
+    assert packing.settle(bf16_target, "auto", compiled=False).packed and runs == ["dense", "packed"]
+
+
 @pytest.mark.parametrize("entry", ["{not json", '{"schema": 1}', "contradicts"])
 def test_a_corrupt_or_contradictory_entry_is_measured_again(bf16_target, monkeypatch, cache, entry):
     runs = fake_timing(monkeypatch, dense_ms=100.0, packed_ms=80.0)

@@ -428,6 +428,22 @@ def time_interleaved(run: Callable[[T], None], items: Sequence[T], repeats: int,
     return samples
 
 
+# A verdict whose measured ratio lies this close to its line (packed against dense, bfloat16 against
+# float32) is timed once more before it is trusted, the blocks pooled: on the Intel Xeon with AMX one
+# packing measurement read 1.00 of dense where three taken minutes later read 0.76 to 0.92.
+CLOSE_CALL = 0.05
+
+
+def close_call(ratio: float, line: float) -> bool:
+    """Whether `ratio` (a candidate's time over the reference's) is within CLOSE_CALL of `line`."""
+    return abs(ratio - line) <= CLOSE_CALL
+
+
+def pooled(first: dict[T, list[float]], second: dict[T, list[float]]) -> dict[T, list[float]]:
+    """Two `time_interleaved` results as one: each item's blocks from both."""
+    return {item: first.get(item, []) + second.get(item, []) for item in {**first, **second}}
+
+
 def time_widths(run_width: Callable[[int], None], widths: Sequence[int], repeats: int,
                 synchronize: Callable[[], None] = lambda: None, deadline: float | None = None) -> dict[int, float]:
     """Median milliseconds of `run_width(w)` for each width, timed by `time_interleaved` (widths
