@@ -87,8 +87,10 @@ def generate(
             "stats": stats.summary(),
         }
         sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
+        session.check_drift(stats)
         return
     out.print()
+    session.check_drift(stats)
     if show_stats:
         err.print(stats_table(stats.summary(), session.config()))
 

@@ -24,7 +24,7 @@ from .decoding.tree import CHAIN, TreeShape
 from .decoding.verifiers import Verifier
 from .calibration.profiles import resolve_threshold
 from .errors import require
-from . import packing
+from . import drift, dtype_choice, packing
 from .models import LoadedModel
 from .options import DecodingOptions
 from .prompts import encode_messages
@@ -43,6 +43,8 @@ class Session:
 
     _draft_length: AdaptiveDraftLength | None = None
     _curve: cost.CostCurve | None = None  # the widths measured or read so far
+    _drift_found = False  # a drift was found and its entries forgotten (drift.py): once a session
+    _plain_timed = (0.0, 0)  # a plain session's target seconds and rounds so far
 
     def __init__(self, options: DecodingOptions, target: LoadedModel | None = None,
                  draft_model: LoadedModel | None = None) -> None:
@@ -208,6 +210,46 @@ class Session:
         return decode(self.scorer, self.drafter, verifier, prompt_ids, settings, generator, stats, observe,
                       draft_length)
 
+    def check_drift(self, stats: DecodeStats) -> None:
+        """After each prompt (`run` calls it; a caller of `stream` does, once its output is out):
+        when this session's own target forwards no longer match the cached measurements it decodes
+        by, forget those entries, with one note (drift.py)."""
+        if self._drift_found:
+            return
+        observed, expected = self._drift_evidence(stats)
+        found = drift.ratio(observed, expected)
+        if not drift.drifted(found):
+            return
+        self._drift_found = True
+        entries = {"the cost curve": cost.cache_path(self._curve.key) if self._draft_length and self._curve else None,
+                   "the dtype choice": (cost.cache_path(self.target.dtype_choice.key, dtype_choice.FOLDER)
+                                        if self.target.dtype_choice is not None else None),
+                   "the packing choice": cost.cache_path(self.packing.key, packing.FOLDER) if self.packing.key else None}
+        deleted = set(drift.forget(path for path in entries.values() if path is not None))
+        forgotten = [name for name, path in entries.items() if path in deleted]
+        if forgotten:
+            note(drift.describe(found, forgotten))  # type: ignore[arg-type]
+
+    def _drift_evidence(self, stats: DecodeStats) -> tuple[dict[int, float], Callable[[int], float | None]]:
+        """The session's own milliseconds per target forward by width (once it has timed
+        drift.MIN_ROUNDS of them) and what the cached measurement expected at a width: the cost
+        curve's point for a session that drafts by the cost model; for plain decoding under
+        `--dtype auto`, the chosen dtype's timed step."""
+        if self._draft_length is not None:
+            live, curve = self._draft_length.costs, self._draft_length.curve
+            if sum(len(times) for times in live.timed.values()) < drift.MIN_ROUNDS:
+                return {}, curve.cost
+            return {width: ms for width in live.timed if (ms := live.live(width)) is not None}, curve.cost
+        choice = self.target.dtype_choice
+        if not isinstance(self.drafter, NoDrafter) or choice is None:
+            return {}, lambda width: None
+        seconds, rounds = self._plain_timed
+        self._plain_timed = seconds, rounds = seconds + stats.phase_s["target"], rounds + stats.rounds
+        step = next((c.ms_per_step for c in choice.candidates if c.dtype == choice.chosen), None)
+        if rounds < drift.MIN_ROUNDS or step is None:
+            return {}, lambda width: None
+        return {1: 1000 * seconds / rounds}, lambda width: step if width == 1 else None
+
     def run(self, prompt: str | list[int], observe: Callable[[torch.Tensor], None] | None = None,
             seed: int | None = None, settings: DecodeSettings | None = None, *,
             verifier: Verifier | None = None) -> Result:
@@ -216,6 +258,7 @@ class Session:
         tokens: list[int] = []
         for chunk in self.stream(prompt_ids, stats, observe, seed, settings, verifier=verifier):
             tokens.extend(chunk)
+        self.check_drift(stats)
         return Result(self.decode_text(tokens), tokens, stats)
 
     def decode_text(self, tokens: list[int]) -> str:

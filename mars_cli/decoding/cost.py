@@ -663,7 +663,8 @@ class LiveCosts:
         self.timed.setdefault(width, deque(maxlen=self.LIVE_KEEP)).append(ms)
         self._medians.pop(width, None)
 
-    def _live(self, width: int) -> float | None:
+    def live(self, width: int) -> float | None:
+        """The session's own median for `width`, once LIVE_MIN rounds of it were timed."""
         if width not in self._medians:
             samples = self.timed.get(width)
             enough = samples is not None and len(samples) >= self.LIVE_MIN
@@ -671,10 +672,10 @@ class LiveCosts:
         return self._medians[width]
 
     def cost(self, width: int) -> float:
-        live = self._live(width)
+        live = self.live(width)
         if live is not None:
             return live
-        plain = self._live(1)
+        plain = self.live(1)
         scale = 1.0 if plain is None else plain / self.curve.cost(1)
         return self.curve.cost(width) * scale
 
