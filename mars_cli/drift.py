@@ -7,7 +7,9 @@ met, bfloat16 forwards ran at 2-3x the time of their cached curve while float32 
 own, so the cached choice of bfloat16 made the default slower than float32 would have been. A
 session therefore compares its own timed target forwards with what the cached measurements it
 decodes by expected; when they differ by more than DRIFT either way, over at least MIN_ROUNDS
-rounds, those entries are deleted, with one note, and the next run measures afresh. A session never
+rounds, those entries are deleted, with one note, and the next run measures afresh; not while the
+load average says another job shares the machine (cost.busy_reason): that explains the slowness, and
+a measurement taken then would not be cached anyway. A session never
 switches dtype or packing midway (its output would change within one run), and the cost model
 already follows the session's own timings (cost.LiveCosts): what is fixed here is the next run.
 """

@@ -218,7 +218,7 @@ class Session:
             return
         observed, expected = self._drift_evidence(stats)
         found = drift.ratio(observed, expected)
-        if not drift.drifted(found):
+        if not drift.drifted(found) or cost.busy_reason() is not None:  # a busy machine explains it: keep them
             return
         self._drift_found = True
         entries = {"the cost curve": cost.cache_path(self._curve.key) if self._draft_length and self._curve else None,

@@ -62,6 +62,19 @@ def test_a_session_whose_forwards_left_the_cached_curve_forgets_it_once(tiny_dir
     assert err.count("cached measurements give") == 1 and "the cost curve forgotten" in err and "faster" in err
 
 
+def test_a_busy_machine_forgets_nothing(tiny_dir, monkeypatch, cache):
+    import os
+
+    session = ngram_session(tiny_dir)
+    session.run("abc abc abc abc")
+    curve = session.draft_length().curve
+    curve.ms_by_width.update({width: 20 * ms + drift.MIN_MS for width, ms in curve.ms_by_width.items()})
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))  # another job explains the gap
+    for _ in range(3):
+        session.run("abc abc abc abc")
+    assert len(curve_entries(cache)) == 1
+
+
 def test_a_session_that_matches_its_curve_forgets_nothing(tiny_dir, monkeypatch, cache, capsys):
     monkeypatch.setattr(drift, "MIN_MS", 0.0)  # the tiny model's forwards count, noisy as they are
     monkeypatch.setattr(drift, "DRIFT", 1e6)  # ... against a line they cannot cross
