@@ -44,7 +44,7 @@ class Session:
     _draft_length: AdaptiveDraftLength | None = None
     _curve: cost.CostCurve | None = None  # the widths measured or read so far
     _drift_found = False  # a drift was found and its entries forgotten (drift.py): once a session
-    _plain_timed = (0.0, 0)  # a plain session's target seconds and rounds so far
+    _plain_timed = (0.0, 0)  # the target seconds and rounds of the prompts decoded so far
 
     def __init__(self, options: DecodingOptions, target: LoadedModel | None = None,
                  draft_model: LoadedModel | None = None) -> None:
@@ -216,12 +216,14 @@ class Session:
         by, forget those entries, with one note (drift.py)."""
         if self._drift_found:
             return
-        observed, expected = self._drift_evidence(stats)
+        seconds, rounds = self._plain_timed
+        self._plain_timed = seconds + stats.phase_s["target"], rounds + stats.rounds
+        observed, expected = self._drift_evidence()
         found = drift.ratio(observed, expected)
         if not drift.drifted(found) or cost.busy_reason() is not None:  # a busy machine explains it: keep them
             return
         self._drift_found = True
-        entries = {"the cost curve": cost.cache_path(self._curve.key) if self._draft_length and self._curve else None,
+        entries = {"the cost curve": cost.cache_path(self._draft_length.curve.key) if self._draft_length else None,
                    "the dtype choice": (cost.cache_path(self.target.dtype_choice.key, dtype_choice.FOLDER)
                                         if self.target.dtype_choice is not None else None),
                    "the packing choice": cost.cache_path(self.packing.key, packing.FOLDER) if self.packing.key else None}
@@ -230,11 +232,11 @@ class Session:
         if forgotten:
             note(drift.describe(found, forgotten))  # type: ignore[arg-type]
 
-    def _drift_evidence(self, stats: DecodeStats) -> tuple[dict[int, float], Callable[[int], float | None]]:
+    def _drift_evidence(self) -> tuple[dict[int, float], Callable[[int], float | None]]:
         """The session's own milliseconds per target forward by width (once it has timed
         drift.MIN_ROUNDS of them) and what the cached measurement expected at a width: the cost
         curve's point for a session that drafts by the cost model; for plain decoding under
-        `--dtype auto`, the chosen dtype's timed step."""
+        `--dtype auto`, the chosen dtype's timed step against the session's mean target time."""
         if self._draft_length is not None:
             live, curve = self._draft_length.costs, self._draft_length.curve
             if sum(len(times) for times in live.timed.values()) < drift.MIN_ROUNDS:
@@ -244,7 +246,6 @@ class Session:
         if not isinstance(self.drafter, NoDrafter) or choice is None:
             return {}, lambda width: None
         seconds, rounds = self._plain_timed
-        self._plain_timed = seconds, rounds = seconds + stats.phase_s["target"], rounds + stats.rounds
         step = next((c.ms_per_step for c in choice.candidates if c.dtype == choice.chosen), None)
         if rounds < drift.MIN_ROUNDS or step is None:
             return {}, lambda width: None
