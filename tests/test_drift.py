@@ -110,3 +110,18 @@ def test_plain_decoding_under_auto_forgets_a_dtype_choice_it_no_longer_matches(t
     assert not entry.exists() and "the dtype choice forgotten" in capsys.readouterr().err
     assert auto(tiny_dir).dtype_choice.cached is False  # the next run measures again
     assert len(fake.asked) == 2
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_generate_checks_once_its_text_is_out(tiny_dir, monkeypatch, cache, capsys, as_json):
+    from tests.test_cli import run_cli
+
+    monkeypatch.setattr(drift, "MIN_MS", 0.0)
+    monkeypatch.setattr(drift, "MIN_ROUNDS", 1)
+    monkeypatch.setattr(drift, "ratio", lambda observed, expected: 3.0)  # whatever the tiny model timed
+    args = ["generate", "abc abc abc", "--target", str(tiny_dir), "--draft", "ngram", "-n", "12", "--device", "cpu",
+            "--dtype", "float32"] + (["--json"] if as_json else [])
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0 and out.strip()
+    assert "ran 3.0x the time the cached measurements give (slower" in err and "the cost curve forgotten" in err
+    assert curve_entries(cache) == []
