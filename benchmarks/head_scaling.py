@@ -14,7 +14,9 @@ benchmarks/results/head-scaling ran against the head shipped until 2026-12-01, c
 measured on the same answers as the `shipped` row (its held-out prompts are the same ones when the
 generations answer `head_prompts_large.jsonl`). Each finished arm is written at once to
 `arms.json` (a rerun skips it) and its head under the cache; an interrupted arm resumes from its
-checkpoint. `table.md` and `scaling.png` are redrawn after every arm.
+checkpoint. `table.md` and `scaling.png` are redrawn after every arm. `--reuse-features OLD.jsonl`
+(an earlier study's generations, which these pool with new ones): the answers identical to OLD's
+take OLD's cached features, so only the new answers go through the target.
 
 Arm keys: tokens (a share of the training answer tokens, or a count such as 200k), epochs, depth,
 loss (soft, hard), vocab, lr, batch, init (`shipped`: the baseline, or a head directory: fine-tune that head,
@@ -152,6 +154,29 @@ def remeasure(results: dict, k: int, target, held_greedy: list, features: dict, 
     (out / f"arms-k{k}.json").write_text(json.dumps(measured, indent=1) + "\n")
 
 
+def study_folder(target, sequences: list) -> Path:
+    """The cache folder of a study over exactly these answers (features, checkpoints, heads)."""
+    key = hashlib.sha256(f"{target.fingerprint}|{[(s.index, len(s.ids)) for s in sequences]}".encode()).hexdigest()[:16]
+    return cache_dir() / "heads" / "study" / key
+
+
+def reused_features(target, sequences: list, earlier: list[Path], layers, batch: int) -> dict:
+    """Features an earlier study extracted, for the answers here identical to its own (same prompt
+    index, same token ids); a study without cached features is one sentence, not a re-extraction."""
+    by_index = {s.index: s for s in sequences}
+    known = {}
+    for path in earlier:
+        old = sorted(read_generations(path).values(), key=lambda s: s.index)
+        folder = study_folder(target, old) / "features"
+        if not folder.is_dir():
+            raise SystemExit(f"--reuse-features {path}: no study over these answers has cached features")
+        stored = extract_features(target, old, folder, batch, None, layers)
+        same = {s.index for s in old if s.index in by_index and by_index[s.index].ids == s.ids}
+        known.update({index: stored[index] for index in same})
+        print(f"reusing the features of {len(same)} answers from {folder}", flush=True)
+    return known
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--generations", type=Path, required=True, help="generations.jsonl (train-head's format)")
@@ -162,6 +187,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--baseline", type=Path, default=SHIPPED_HEAD,
                         help="the head of the `shipped` row, which init=shipped fine-tunes (default: the shipped head)")
+    parser.add_argument("--reuse-features", type=Path, action="append", default=[], metavar="OLD.jsonl",
+                        help="an earlier study's generations: its cached features serve the identical answers here")
     parser.add_argument("--remeasure", type=int, default=0,
                         help="instead of training: measure every finished arm's head (and the shipped one) with "
                              "chains of this length, into arms-kK.json (deeper than k = 4: what trees reach)")
@@ -173,13 +200,14 @@ def main() -> None:
 
     target = load_model(args.target, device="cpu", dtype="float32")
     sequences = sorted(read_generations(args.generations).values(), key=lambda s: s.index)
-    key = hashlib.sha256(f"{target.fingerprint}|{[(s.index, len(s.ids)) for s in sequences]}".encode()).hexdigest()[:16]
-    study = cache_dir() / "heads" / "study" / key
+    study = study_folder(target, sequences)
     layers = feature_layers("eagle3", target.model)
     started = time.perf_counter()
+    known = reused_features(target, sequences, args.reuse_features, layers, args.feature_batch)
     features = extract_features(target, sequences, study / "features", args.feature_batch,
                                 lambda stage, done, total: print(f"{stage} {done}/{total}", file=sys.stderr, flush=True),
-                                layers)
+                                layers, known)
+    del known
     print(f"features of {len(sequences)} answers ready in {time.perf_counter() - started:.0f} s", flush=True)
     train_set, held_set = split(sequences)
     held_greedy = [s for s in held_set if s.mode == "greedy"]

@@ -224,6 +224,32 @@ def test_generation_is_the_target_greedy_answer_and_resumes(tiny_target, tiny_da
     assert again[0].ids == source.ids
 
 
+def test_known_features_are_taken_instead_of_a_forward(tiny_target, tiny_data, tmp_path, monkeypatch):
+    """Pooling new answers with old ones: the old answers' features (`known`) are used as they are
+    and only the rest go through the target; a known entry of the wrong length is extracted again."""
+    sequences, features = tiny_data
+    known = {s.index: features[s.index] for s in sequences[:6]}
+    known[sequences[6].index] = features[sequences[6].index][:-1]  # stale: one position short
+    fed = []
+    forward = tiny_target.model.forward
+
+    def counting(*args, **kwargs):
+        fed.append(kwargs["input_ids"].shape[0])
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(tiny_target.model, "forward", counting)
+    pooled = extract_features(tiny_target, sequences, tmp_path / "pooled", 5, known=known)
+    assert sum(fed) == len(sequences) - 6
+    assert all(pooled[s.index] is known[s.index] for s in sequences[:6])
+    for sequence in sequences[6:]:
+        assert pooled[sequence.index].shape[0] == len(sequence.ids)
+        torch.testing.assert_close(pooled[sequence.index].float(), features[sequence.index].float(), rtol=0, atol=2e-3)
+    # the shards written hold all of them: a rerun needs neither `known` nor a forward
+    fed.clear()
+    again = extract_features(tiny_target, sequences, tmp_path / "pooled", 5)
+    assert fed == [] and all(torch.equal(again[s.index], pooled[s.index]) for s in sequences)
+
+
 def test_training_lowers_the_loss_and_resumes(tiny_target, tiny_data, tmp_path):
     sequences, features = tiny_data
     settings = TrainSettings(architecture="eagle1", epochs=6, batch_size=4, learning_rate=3e-3, depth=2, vocab=30,

@@ -178,14 +178,18 @@ def generate(target: LoadedModel, prompts: list[str], out_file: Path, answering:
 
 @torch.inference_mode()
 def extract_features(target: LoadedModel, sequences: list[Sequence], folder: Path, batch_size: int,
-                     progress: Progress | None = None, layers: FeatureLayers = LAST_LAYER) -> dict[int, torch.Tensor]:
+                     progress: Progress | None = None, layers: FeatureLayers = LAST_LAYER,
+                     known: dict[int, torch.Tensor] | None = None) -> dict[int, torch.Tensor]:
     """The target's features (`layers`, as decoding selects them, concatenated) at every
     position, from teacher-forced batched passes (right padding is harmless: attention is causal,
     so padding after a sequence never reaches its positions). Shards of SHARD sequences under
-    `folder`; finished shards are reused."""
+    `folder`; finished shards are reused. `known`: features already extracted for some of these
+    very sequences (same index, same ids: the caller checks), taken instead of a forward, so
+    pooling new answers with old ones extracts only the new ones."""
     from safetensors.torch import load_file, save_file
 
     folder.mkdir(parents=True, exist_ok=True)
+    known = known or {}
     features: dict[int, torch.Tensor] = {}
     shards = [sequences[start : start + SHARD] for start in range(0, len(sequences), SHARD)]
     for number, shard in enumerate(shards):
@@ -200,8 +204,9 @@ def extract_features(target: LoadedModel, sequences: list[Sequence], folder: Pat
                 if progress:
                     progress("features", len(features), len(sequences))
                 continue
-        found: dict[int, torch.Tensor] = {}
-        order = sorted(shard, key=lambda s: len(s.ids))
+        found = {s.index: known[s.index] for s in shard
+                 if s.index in known and known[s.index].shape[0] == len(s.ids)}
+        order = sorted((s for s in shard if s.index not in found), key=lambda s: len(s.ids))
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
             ids, mask = _padded([s.ids for s in batch], 0, target.device, left=False)
