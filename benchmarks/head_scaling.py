@@ -162,7 +162,8 @@ def study_folder(target, sequences: list) -> Path:
 
 def reused_features(target, sequences: list, earlier: list[Path], layers, batch: int) -> dict:
     """Features an earlier study extracted, for the answers here identical to its own (same prompt
-    index, same token ids); a study without cached features is one sentence, not a re-extraction."""
+    index, same token ids). A study with no features folder is one sentence; one with some shards
+    missing has them extracted first, as a rerun of that study would."""
     by_index = {s.index: s for s in sequences}
     known = {}
     for path in earlier:
@@ -207,7 +208,6 @@ def main() -> None:
     features = extract_features(target, sequences, study / "features", args.feature_batch,
                                 lambda stage, done, total: print(f"{stage} {done}/{total}", file=sys.stderr, flush=True),
                                 layers, known)
-    del known
     print(f"features of {len(sequences)} answers ready in {time.perf_counter() - started:.0f} s", flush=True)
     train_set, held_set = split(sequences)
     held_greedy = [s for s in held_set if s.mode == "greedy"]
