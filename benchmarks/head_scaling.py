@@ -89,7 +89,7 @@ def training_prefix(train_set: list, budget: int, seed: int = 0) -> list:
 
 
 def held_figures(held: HeldOut) -> dict:
-    return {"tau": round(held.tau, 4), "per_position": [round(p, 4) for p in held.per_position],
+    return {"tau": round(held.tau, 4), "decoding_tau": round(held.decoding_tau, 4), "per_position": [round(p, 4) for p in held.per_position],
             "rounds": held.rounds, "coverage": round(held.coverage, 4), "kl": round(held.divergence, 4)}
 
 

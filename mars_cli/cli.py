@@ -222,7 +222,8 @@ def train_head(
         "--arch", help="eagle3 (fused low/mid/high features, public EAGLE-3 format) or eagle1 (the "
                        "original single-file head).")] = "eagle3",
     prompts: Annotated[Optional[Path], typer.Option(
-        "--prompts", help="JSONL prompt set (a 'prompt' field per line); default: the built-in set of 638.")] = None,
+        "--prompts", help="JSONL prompt set (a 'prompt' field, or a 'messages' conversation ending in a user turn, "
+                          "per line); default: the built-in set of 638.")] = None,
     max_new_tokens: Annotated[int, typer.Option(
         "--max-new-tokens", "-n", help="Longest answer of the target to each prompt.")] = 256,
     sampled_share: Annotated[float, typer.Option(

@@ -25,9 +25,15 @@ def encode_messages(tokenizer: object, messages: list[dict], raw: bool = False) 
     return list(ids[0] if ids and isinstance(ids[0], list) else ids)
 
 
-def load_prompts(path: Path | None, builtin: Path, least: int = 2) -> tuple[list[str], str, str]:
-    """(prompts, name, sha256 of the file's bytes). JSONL with a `prompt` field per line;
-    `builtin` when no path is given; at least `least` prompts (some are held out)."""
+Prompt = str | list[dict]  # one user message, or a conversation ending in a user turn
+
+
+def load_prompts(path: Path | None, builtin: Path, least: int = 2,
+                 conversations: bool = False) -> tuple[list[Prompt], str, str]:
+    """(prompts, name, sha256 of the file's bytes). JSONL with a `prompt` field per line (or, where
+    `conversations` is allowed, a `messages` list: earlier turns, the target's own answers among
+    them, ending in the user turn to answer); `builtin` when no path is given; at least `least`
+    prompts (some are held out)."""
     from .inputs import JSONL_LIMIT, decode_utf8, read_bytes
 
     source = path or builtin
@@ -39,16 +45,33 @@ def load_prompts(path: Path | None, builtin: Path, least: int = 2) -> tuple[list
             continue
         try:
             record = json.loads(line)
-            prompt = record["prompt"]
+            prompt = record["messages"] if conversations and "messages" in record else record["prompt"]
         except (ValueError, KeyError, TypeError, IndexError, RecursionError):
-            raise UserError(f"{source}: line {number} is not a JSON object with a 'prompt' field") from None
-        if not isinstance(prompt, str) or not prompt.strip():
+            wanted = "a 'prompt' or 'messages' field" if conversations else "a 'prompt' field"
+            raise UserError(f"{source}: line {number} is not a JSON object with {wanted}") from None
+        if isinstance(prompt, list):
+            _check_conversation(prompt, f"{source}: line {number}")
+        elif not isinstance(prompt, str) or not prompt.strip():
             raise UserError(f"{source}: line {number} has an empty or non-text prompt")
         prompts.append(prompt)
     if len(prompts) < least:
         raise UserError(f"{source}: needs at least {least} prompts (some are held out), found {len(prompts)}")
     name = "builtin" if path is None else str(path)
     return prompts, name, hashlib.sha256(raw).hexdigest()
+
+
+def _check_conversation(messages: list, where: str) -> None:
+    """A `messages` prompt: role/content objects with text, alternating after an optional system
+    turn, ending in a user turn (the one the target answers)."""
+    roles = [m.get("role") if isinstance(m, dict) else None for m in messages]
+    if not messages or not all(isinstance(m, dict) and isinstance(m.get("content"), str) and m["content"].strip()
+                               for m in messages):
+        raise UserError(f"{where}: 'messages' must be a non-empty list of objects with a non-empty 'content'")
+    turns = roles[1:] if roles[0] == "system" else roles
+    expected = ["user" if i % 2 == 0 else "assistant" for i in range(len(turns))]
+    if turns != expected or turns[-1:] != ["user"]:
+        raise UserError(f"{where}: 'messages' roles must alternate user/assistant (after an optional system turn) "
+                        f"and end with a user turn, got {roles}")
 
 
 def is_held_out(index: int, every: int) -> bool:

@@ -253,6 +253,7 @@ def head_table(head, held, prompts: int, answer_tokens: int) -> Table:
     table.add_row("data", f"{prompts} prompts, {answer_tokens} answer tokens")
     table.add_row("held-out rounds", str(held.rounds))
     table.add_row("acceptance by position", " ".join(f"{rate:.2f}" for rate in held.per_position))
-    table.add_row("expected tau (strict greedy)", f"{held.tau:.2f}")
+    table.add_row("expected tau (strict greedy)", f"{held.tau:.2f} from every position, "
+                  f"{held.decoding_tau:.2f} in decoding's rounds")
     table.add_row("KL(target || head), first draft", f"{held.divergence:.3f} nats")
     return table

@@ -3,6 +3,7 @@ training, and the CLI around it. Tiny random models only; no file comes from the
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -324,6 +325,20 @@ def test_held_out_acceptance_of_a_perfect_drafter_is_one(tiny_target, tiny_data)
     perfect = Perfect(head.config, head.vocab_ids).attach(tiny_target.model)
     held = held_out_acceptance(perfect, sequences, features, 3, 512)
     assert held.rounds > 0 and held.per_position == [1.0, 1.0, 1.0] and held.mean_accepted == 3.0
+    # decoding's rounds: every answer token after prefill's first is emitted, k + 1 a round
+    after_prefill = [len(s.output_ids) - 1 for s in sequences]
+    assert held.decoding_tokens == sum(after_prefill)
+    assert held.decoding_rounds == sum(-(-left // 4) for left in after_prefill)
+
+
+def test_decoding_rounds_start_where_the_last_round_stopped(tiny_target, tiny_data):
+    """A random head: every-position chains and decoding's rounds differ, but decoding's rounds
+    still emit each answer token once, and a round never emits more than k + 1."""
+    sequences, features = tiny_data
+    held = held_out_acceptance(random_head(tiny_target), sequences, features, 3, 512)
+    assert held.decoding_tokens == sum(len(s.output_ids) - 1 for s in sequences)
+    assert held.decoding_rounds <= held.decoding_tokens <= 4 * held.decoding_rounds
+    assert 1.0 <= held.decoding_tau <= 4.0
 
 
 def test_loss_batch_masks_padding(tiny_target, tiny_data):
@@ -652,3 +667,37 @@ def test_training_leaves_the_target_embeddings_without_gradient(tiny_target, tin
     loss.backward()
     assert embeddings.grad is None
     assert head.fc.weight.grad is not None and bool(head.fc.weight.grad.abs().sum() > 0)
+
+
+def test_conversation_prompts_load_and_are_answered_after_their_last_turn(tiny_target, tmp_path):
+    """A `messages` prompt (earlier turns, the target's own answers among them) is encoded whole
+    through the chat template, and the target answers its last user turn."""
+    from mars_cli.prompts import encode_messages, load_prompts
+
+    conversation = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "hi, how can I help"},
+                    {"role": "user", "content": "say it shorter"}]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(json.dumps({"prompt": "abc"}) + "\n" + json.dumps({"messages": conversation}) + "\n")
+    prompts, _, _ = load_prompts(path, path, conversations=True)
+    assert prompts == ["abc", conversation]
+    with pytest.raises(UserError, match="line 2 is not a JSON object with a 'prompt' field"):
+        load_prompts(path, path)  # calibration and the like take single prompts only
+    answered = generate(tiny_target, prompts, tmp_path / "gen.jsonl", 10, 2)
+    assert answered[1].prompt_ids == encode_messages(tiny_target.tokenizer, conversation)
+    assert answered[1].output_ids == hf_greedy(tiny_target, answered[1].prompt_ids, 10)
+
+
+@pytest.mark.parametrize("messages, problem", [
+    ([], "non-empty list"),
+    ([{"role": "user", "content": ""}], "non-empty 'content'"),
+    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "end with a user turn"),
+    ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "alternate"),
+    ([{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, "x"], "non-empty list of objects"),
+])
+def test_bad_conversation_prompts_are_one_line_naming_the_line(tmp_path, messages, problem):
+    from mars_cli.prompts import load_prompts
+
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(json.dumps({"prompt": "fine"}) + "\n" + json.dumps({"messages": messages}) + "\n")
+    with pytest.raises(UserError, match=f"line 2: .*{problem}"):
+        load_prompts(path, path, conversations=True)

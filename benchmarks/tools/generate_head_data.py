@@ -38,7 +38,7 @@ def main() -> None:
                         help="with --every N: the prompts whose index leaves this remainder instead (another subset)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    prompts, _, _ = load_prompts(args.prompts, args.prompts, 10)
+    prompts, _, _ = load_prompts(args.prompts, args.prompts, 10, conversations=True)
     answering = Answering(args.max_new_tokens, args.sampled_share, args.sample_temperature, seed=args.seed)
     target = load_model(args.target, device=args.device, dtype=args.dtype)
 

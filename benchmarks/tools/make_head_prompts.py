@@ -1014,7 +1014,9 @@ def eval_prompts(root: Path) -> list[str]:
     texts: list[str] = []
     data = root / "mars_cli" / "data"
     for path in sorted((data / "suites").glob("*.jsonl")) + [data / "calibration_prompts.jsonl"]:
-        texts += [json.loads(line)["prompt"] for line in path.read_text().splitlines() if line.strip()]
+        for line in filter(str.strip, path.read_text().splitlines()):
+            record = json.loads(line)
+            texts += record.get("turns") or [record["prompt"]]  # multi-turn suites: every turn
     for script in ("bench_decoding.py", "bench_gpu.py"):
         tree = ast.parse((root / "benchmarks" / script).read_text())
         for node in tree.body:

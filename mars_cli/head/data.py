@@ -27,7 +27,7 @@ import torch
 from ..decoding.target import LAST_LAYER, FeatureLayers, select_features
 from ..models import LoadedModel
 from ..paths import cache_dir
-from ..prompts import encode_messages, is_held_out
+from ..prompts import Prompt, encode_messages, is_held_out
 
 HELD_OUT_EVERY = 10  # the answer to every tenth prompt is held out (prompts.is_held_out)
 HEAD_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "head_prompts.jsonl"
@@ -126,17 +126,19 @@ def _cut_at_eos(tokens: list[int], eos: set[int], pad: int) -> list[int]:
 
 
 @torch.inference_mode()
-def generate(target: LoadedModel, prompts: list[str], out_file: Path, answering: "Answering | int",
+def generate(target: LoadedModel, prompts: list[Prompt], out_file: Path, answering: "Answering | int",
              batch_size: int, progress: Progress | None = None,
              select: Callable[[int], bool] | None = None, longest_first: bool = False) -> list[Sequence]:
     """The target's answers to every prompt (greedy, or sampled for `answering`'s share),
     batched with left padding, resumable; batches hold one mode and similar prompt lengths.
+    A prompt is one user message or a conversation (`prompts.load_prompts`).
     `select` answers only the prompts it picks (another machine may answer the rest into a
     file that is appended to this one); then only those are returned."""
     if isinstance(answering, int):
         answering = Answering(max_new_tokens=answering)
     tokenizer = target.tokenizer
-    encoded = [encode_messages(tokenizer, [{"role": "user", "content": p}]) for p in prompts]
+    encoded = [encode_messages(tokenizer, p if isinstance(p, list) else [{"role": "user", "content": p}])
+               for p in prompts]
     done = read_generations(out_file)
     todo = sorted((i for i in range(len(prompts)) if i not in done and (select is None or select(i))),
                   key=lambda i: (answering.sampled(i), -len(encoded[i]) if longest_first else len(encoded[i]), i))

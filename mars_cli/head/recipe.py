@@ -102,7 +102,7 @@ class HeadTraining:
         the target loads."""
         self.recipe = recipe
         self.prompts, self.prompt_name, self.prompt_hash = load_prompts(recipe.prompts, head_data.HEAD_PROMPTS,
-                                                                        HELD_OUT_EVERY)
+                                                                        HELD_OUT_EVERY, conversations=True)
         self.options = recipe.resume_options(self.prompt_hash)
         if resume_from is not None:
             load_checkpoint(resume_from, self.options)
@@ -140,7 +140,7 @@ class HeadTraining:
         head, held, losses = train(target, sequences, features, recipe.settings, checkpoint, resume, recorded, on_step,
                                    self.options, self.initial)
         record = head.config.mars["recipe"] if isinstance(head, Eagle3Head) else head.config.recipe
-        record["held_out"] = dataclasses.asdict(held) | {"tau": held.tau}
+        record["held_out"] = dataclasses.asdict(held) | {"tau": held.tau, "decoding_tau": held.decoding_tau}
         record["final_loss"] = sum(losses[-10:]) / len(losses[-10:])
         if isinstance(head, Eagle3Head):
             head.save_pretrained(destination)

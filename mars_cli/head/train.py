@@ -84,10 +84,20 @@ class HeldOut:
     mean_accepted: float = 0.0
     coverage: float = 0.0  # share of answer tokens inside the head's vocabulary subset
     divergence: float = 0.0  # mean KL(target || head) of the first draft over the draft vocabulary, nats
+    decoding_rounds: int = 0  # the rounds strict greedy decoding of these answers would run
+    decoding_tokens: int = 0  # the answer tokens those rounds emit
 
     @property
     def tau(self) -> float:
+        """Tokens a round from an average answer position (chains start at every position)."""
         return 1.0 + self.mean_accepted
+
+    @property
+    def decoding_tau(self) -> float:
+        """Tokens a round as decoding runs them: a round starts where the last one stopped, that is
+        just after a draft the target rejected, a harder place than the average position; what
+        `mars eval` reports for a k-chain in float32 strict greedy, on the same answers."""
+        return self.decoding_tokens / self.decoding_rounds if self.decoding_rounds else 0.0
 
 
 def split(sequences: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
@@ -186,9 +196,11 @@ def loss_function(choice: str, steps: int, device: torch.device) -> Callable:
 def held_out_acceptance(head: PairHead, sequences: list[Sequence], features: dict[int, torch.Tensor],
                         k: int, max_length: int, batch_size: int = 8) -> HeldOut:
     """Chains of k greedy drafts from every answer position, scored against the target's own
-    greedy answer (the data), exactly as strict greedy verification scores them."""
+    greedy answer (the data), exactly as strict greedy verification scores them; and the rounds
+    decoding would run through each answer (after prefill's first token, each round advancing by
+    its accepted drafts plus one)."""
     accepted_at = [0] * k
-    rounds = 0
+    rounds = decoding_rounds = decoding_tokens = 0
     covered = total_answer = 0
     subset = set(head.vocab_ids.tolist())
     for start in range(0, len(sequences), batch_size):
@@ -196,27 +208,37 @@ def held_out_acceptance(head: PairHead, sequences: list[Sequence], features: dic
         outputs = head.unrolled(feats[:, :-1, : head.feature_width], tokens[:, 1:], k)
         # pass e at pair i drafts the token at position i + 2
         drafted = [head.vocab_ids[head.logits(o).argmax(-1)] for o in outputs]  # each [B, T-1]
-        steps = tokens.shape[1]
         for row in range(tokens.shape[0]):
             n = int(valid[row].sum())
             answer_start = int(answer[row].float().argmax()) if answer[row].any() else n
             covered += sum(1 for t in tokens[row, answer_start:n].tolist() if t in subset)
             total_answer += n - answer_start
-            # a round drafts positions L..L+k-1 after true pairs up to m = L-2
-            for m in range(max(0, answer_start - 2), n - k - 1):
-                rounds += 1
+            def accepted(m: int) -> int:
+                """Drafts a round accepts after true pairs up to m (it drafts positions m+2 ..)."""
                 for e in range(1, k + 1):
                     i = m + e - 1
-                    if i >= steps - 1 or int(drafted[e - 1][row, i]) != int(tokens[row, i + 2]):
-                        break
-                    accepted_at[e - 1] += 1
+                    if i + 2 >= n or int(drafted[e - 1][row, i]) != int(tokens[row, i + 2]):
+                        return e - 1
+                return k
+
+            for m in range(max(0, answer_start - 2), n - k - 1):
+                rounds += 1
+                for e in range(accepted(m)):
+                    accepted_at[e] += 1
+            m = answer_start - 1  # prefill emitted the answer's first token
+            while m + 2 < n:
+                gained = accepted(m) + 1
+                decoding_rounds += 1
+                decoding_tokens += min(gained, n - m - 2)  # the bonus token of the last round may lie past the end
+                m += gained
     per_position = []
     for d in range(k):
         before = rounds if d == 0 else accepted_at[d - 1]
         per_position.append(accepted_at[d] / before if before else 0.0)
     return HeldOut(rounds=rounds, per_position=per_position,
                    mean_accepted=sum(accepted_at) / rounds if rounds else 0.0,
-                   coverage=covered / total_answer if total_answer else 0.0)
+                   coverage=covered / total_answer if total_answer else 0.0,
+                   decoding_rounds=decoding_rounds, decoding_tokens=decoding_tokens)
 
 
 @torch.no_grad()
