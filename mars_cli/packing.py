@@ -19,6 +19,7 @@ device, dtype and torch, cached under `<cache>/packing/` like the dtype choice a
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import asdict, dataclass, field
 
@@ -57,6 +58,7 @@ class PackingChoice:
     cached: bool = False
     unsaved: str | None = None  # measured now but not cached, and why
     timed_twice: bool = False  # the first blocks were a close call (cost.close_call): pooled with a second set
+    follows_dtype: bool = False  # packed within noise because --dtype auto timed bfloat16 packed (not cached)
 
     def to_json(self) -> str:
         import json
@@ -178,10 +180,11 @@ def installed(model: torch.nn.Module) -> bool:
 
 
 # --------------------------------------------------------------------------- choosing
-def settle(target, mode: str, compiled: bool) -> PackingChoice:
+def settle(target, mode: str, compiled: bool, timed_packed: bool = False) -> PackingChoice:
     """Pack `target`'s linears or not, for `--packed-weights mode`: `off` never; `on` wherever
     it can be done (else a UserError); `auto` when a measurement (cached) says it pays. A compiled
-    scorer's forwards are left to the compiler."""
+    scorer's forwards are left to the compiler. `timed_packed`: `--dtype auto` chose bfloat16 on
+    packed timings; then `auto` packs unless dense was clearly faster (`follows_dtype`)."""
     if mode not in MODES:
         raise UserError(f"--packed-weights {mode}: expected auto, on or off")
     if mode == "off":
@@ -193,11 +196,27 @@ def settle(target, mode: str, compiled: bool) -> PackingChoice:
             raise UserError(f"--packed-weights on: {why}")
         return PackingChoice(False, problem=why)
     choice = PackingChoice(True) if mode == "on" else choose(target)
+    if timed_packed and mode == "auto":
+        choice = follows_dtype(choice)
     if choice.packed:
         install(target.model)
     else:
         remove(target.model)
     return choice
+
+
+def follows_dtype(choice: PackingChoice) -> PackingChoice:
+    """A dtype chosen on packed timings runs packed unless dense's block was at most PREFERENCE of
+    packed's: the dtype's measurement compared packed bfloat16 with float32, and a close call
+    between dense and packed (dense by default) once ran bfloat16 dense where only its packed steps
+    had been timed, at 0.84-0.94x the float32 it had been chosen over (docs/benchmarks.md)."""
+    if choice.packed or choice.ms_dense is None or choice.ms_packed is None:
+        return choice
+    if choice.ms_dense <= PREFERENCE * choice.ms_packed:
+        return choice  # dense clearly faster: bfloat16 dense is faster still than what was timed
+    notes.note(f"--packed-weights auto: bfloat16 packed, as --dtype auto timed it (dense {choice.ms_dense:.0f} ms "
+               f"vs packed {choice.ms_packed:.0f} ms is within noise)", once=True)
+    return dataclasses.replace(choice, packed=True, follows_dtype=True)
 
 
 def packing_key(target) -> dict:

@@ -68,7 +68,7 @@ class Session:
         self.draft_model: LoadedModel | None = draft_model
         compiled = self._compiled = resolve_compile(options.model.compile, self.target)
         # before the cost curves: they time the forwards as this session runs them
-        self.packing = packing.settle(self.target, options.model.packed_weights, compiled)
+        self.packing = packing.settle(self.target, options.model.packed_weights, compiled, self._dtype_timed_packed())
         self._measuring = cost.Budget()  # first use: the curve's widths are measured in about 10 s at most
         # drafter -> the features it reads -> scorer -> cost curve -> tree shape -> drafter: the
         # drafter's source is resolved first, the drafter built last, with its shape
@@ -104,6 +104,13 @@ class Session:
         require(tokens < room, f"--draft-tokens {tokens}: a tree that wide does not fit the model's context "
                                f"({room + 1} positions)")
         return TreeShape(int(topk), int(tokens))
+
+    def _dtype_timed_packed(self) -> bool:
+        """Whether `--dtype auto` chose this session's dtype on packed-linear timings."""
+        choice = self.target.dtype_choice
+        if choice is None or self.target.dtype != choice.dtype:
+            return False
+        return any(c.dtype == choice.chosen and c.packed for c in choice.candidates)
 
     def _drafter_source(self) -> tuple[str, PairHead | None]:
         """Which kind of drafter --draft names ("none", "ngram", "head" or "model") and, for a

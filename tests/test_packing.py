@@ -187,3 +187,36 @@ def test_a_bad_value_is_one_line_exit_2(capsys, tiny_dir):
                              "--packed-weights", "fast")
     assert code == 2 and out == ""
     assert err.strip() == "mars: error: --packed-weights fast: expected auto, on or off"
+
+
+def test_a_close_call_follows_a_dtype_chosen_on_packed_timings(bf16_target, monkeypatch, capsys):
+    """--dtype auto compared packed bfloat16 with float32: a dense/packed tie then runs packed, as
+    bfloat16 was timed; dense clearly faster (at PREFERENCE of packed or less) still wins."""
+    fake_timing(monkeypatch, dense_ms=100.0, packed_ms=99.0)
+    assert not packing.settle(bf16_target, "auto", compiled=False).packed  # on its own: dense within noise
+    choice = packing.settle(bf16_target, "auto", compiled=False, timed_packed=True)
+    assert choice.packed and choice.follows_dtype and packing.installed(bf16_target.model)
+    assert "as --dtype auto timed it" in capsys.readouterr().err
+    assert not packing.settle(bf16_target, "off", compiled=False, timed_packed=True).packed
+
+
+def test_dense_clearly_faster_stays_dense_whatever_the_dtype_was_timed_on(bf16_target, monkeypatch):
+    fake_timing(monkeypatch, dense_ms=90.0, packed_ms=100.0)
+    choice = packing.settle(bf16_target, "auto", compiled=False, timed_packed=True)
+    assert not choice.packed and not choice.follows_dtype and not packing.installed(bf16_target.model)
+
+
+def test_the_session_passes_on_how_its_dtype_was_timed():
+    from types import SimpleNamespace
+
+    from mars_cli.dtype_choice import Candidate, DtypeChoice
+    from mars_cli.session import Session
+
+    def session_with(dtype: torch.dtype, packed: bool) -> SimpleNamespace:
+        choice = DtypeChoice({}, "bfloat16", [Candidate("float32", True, ms_per_step=40.0),
+                                              Candidate("bfloat16", True, ms_per_step=38.0, packed=packed)])
+        return SimpleNamespace(target=SimpleNamespace(dtype=dtype, dtype_choice=choice))
+
+    assert Session._dtype_timed_packed(session_with(torch.bfloat16, packed=True))
+    assert not Session._dtype_timed_packed(session_with(torch.bfloat16, packed=False))
+    assert not Session._dtype_timed_packed(session_with(torch.float32, packed=True))  # --dtype float32 given
