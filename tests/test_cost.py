@@ -253,3 +253,36 @@ def test_speculative_estimate_picks_the_cheapest_shape_per_token():
     dear = CostCurve({}, {w: 10.0 * w for w in cost.ESTIMATE_WIDTHS})
     assert cost.speculative_estimate(dear, chain, tree) == (10.0, "plain decoding")
     assert cost.speculative_estimate(flat)[0] < cost.speculative_estimate(dear)[0]  # the shipped defaults
+
+
+def test_a_machine_that_slows_down_while_only_trees_run_keeps_drafting():
+    """The cached curve was timed on a quiet machine (plain 50 ms, a 33-wide tree 56 ms). This
+    session's tree rounds run 2x slower (112 ms) and no plain round has been timed: plain must be
+    costed at this moment's speed (curve ratio x the trees' live cost: 100 ms), not the curve's
+    quiet 50 ms, against which drafting at tau ~2 (14 ms a round) would look like a loss."""
+    quiet = CostCurve({}, {1: 50.0, 33: 56.0})
+    chooser = AdaptiveDraftLength(quiet, max_k=4, width=lambda k: 33)
+    for _ in range(10):
+        chooser.observe(4, 1, 0.014, asked=4, width=33, target_s=0.112)
+    assert chooser.costs.cost(33) == pytest.approx(112.0)
+    assert chooser.costs.cost(1) == pytest.approx(50.0 * 112.0 / 56.0)
+    assert chooser.choose(4) > 0
+
+
+def test_a_stale_width_moves_with_the_machine():
+    """Plain rounds (50 ms) and trees (60 ms) timed together; then only trees, at 120 ms: the old
+    plain median is moved by the trees' own change since (x2), not kept as it was. A width timed
+    within the last STALE rounds stands on its own median."""
+    live = LiveCosts(CostCurve({}, {1: 40.0, 33: 44.0}))
+    for _ in range(4):
+        live.observe(1, 50.0)
+        live.observe(33, 60.0)
+    assert live.cost(1) == pytest.approx(50.0) and live.cost(33) == pytest.approx(60.0)
+    for _ in range(LiveCosts.STALE):
+        live.observe(33, 120.0)
+    assert live.cost(33) == pytest.approx(120.0)
+    assert live.cost(1) == pytest.approx(50.0 * 120.0 / 60.0)
+    for _ in range(LiveCosts.LIVE_MIN):  # plain rounds again: timed now, their own median counts
+        live.observe(1, 90.0)
+    assert live.cost(1) == pytest.approx(90.0)
+    assert live.cost(33) == pytest.approx(120.0)  # still within the last STALE rounds

@@ -645,23 +645,39 @@ def _stand_in(scorer: "TargetScorer", key: dict, have: dict[int, float]) -> Cost
 
 class LiveCosts:
     """What a target forward of each width costs in this session, as its rounds time it: the
-    median of the last LIVE_KEEP rounds of a width once LIVE_MIN have been timed; before that the
-    cached curve's figure, scaled by how width 1 runs now against the curve. The curve was
+    median of a width's timings in the last STALE rounds once LIVE_MIN of them were; before that
+    the cached curve's figure, scaled by how the machine runs now against the curve. The curve was
     measured once, maybe while the machine was busier or quieter, or on another CPU of the same
-    name; a round's own time is what the choice must stand on (`cost` reads like CostCurve's)."""
+    name; a round's own time is what the choice must stand on (`cost` reads like CostCurve's).
+
+    Every figure the chooser compares must be of the same moment: a machine that slows down 2x
+    while only tree rounds run (drafting on) must not see them against plain rounds timed before,
+    or against the curve's quiet figure, or it switches drafting off for the wrong reason (on the
+    Intel Xeon with AMX three of eight chat prompts drafted nothing that way). So a width not
+    timed in the last STALE rounds is moved with the machine: by how much the width timed now
+    moved since (when it was timed then too), else by the curve's ratio to it (`cost`)."""
 
     LIVE_MIN = 3
     LIVE_KEEP = 64
+    STALE = 32  # timed rounds after which a width's own median is no longer of this moment
 
     def __init__(self, curve: CostCurve) -> None:
         self.curve = curve
         self.timed: dict[int, deque[float]] = {}
+        self.when: dict[int, deque[int]] = {}  # the round count at each of `timed`'s entries
+        self.rounds = 0  # timed rounds so far
+        self.latest: int | None = None  # the width timed last
         self._medians: dict[int, float | None] = {}  # read many times a round: worked out once per change
+        self._windows: dict[tuple[int, int], float | None] = {}  # (width, round) -> `_recent`, until the next timing
 
     def observe(self, width: int, ms: float) -> None:
         """One round's target forward of `width` took `ms`."""
+        self.rounds += 1
         self.timed.setdefault(width, deque(maxlen=self.LIVE_KEEP)).append(ms)
+        self.when.setdefault(width, deque(maxlen=self.LIVE_KEEP)).append(self.rounds)
+        self.latest = width
         self._medians.pop(width, None)
+        self._windows.clear()
 
     def live(self, width: int) -> float | None:
         """The session's own median for `width`, once LIVE_MIN rounds of it were timed."""
@@ -672,12 +688,33 @@ class LiveCosts:
         return self._medians[width]
 
     def cost(self, width: int) -> float:
+        """`width`'s median over the last STALE rounds when it was timed LIVE_MIN times in them;
+        else moved to this moment by the width timed last: its older median times how much that
+        width moved since (when it was timed then too), or the curve's figure times that width's
+        recent cost over the curve's for it. Before anything was timed recently, as before."""
+        recent = self._recent(width, self.rounds)
+        if recent is not None:
+            return recent
+        now = self.latest
+        reference = None if now is None else self._recent(now, self.rounds)
         live = self.live(width)
+        if reference is None:
+            return live if live is not None else self.curve.cost(width)
         if live is not None:
-            return live
-        plain = self.live(1)
-        scale = 1.0 if plain is None else plain / self.curve.cost(1)
-        return self.curve.cost(width) * scale
+            then = self._recent(now, self.when[width][-1])
+            if then is not None:
+                return live * reference / then
+        return self.curve.cost(width) * reference / self.curve.cost(now)
+
+    def _recent(self, width: int, round_: int) -> float | None:
+        """The median of `width`'s timings in the STALE rounds up to round `round_`, when it was
+        timed at least LIVE_MIN times in them."""
+        key = (width, round_)
+        if key not in self._windows:
+            samples = self.timed.get(width, ())
+            near = [ms for ms, at in zip(samples, self.when.get(width, ())) if round_ - self.STALE < at <= round_]
+            self._windows[key] = statistics.median(near) if len(near) >= self.LIVE_MIN else None
+        return self._windows[key]
 
 
 class AdaptiveDraftLength:
