@@ -68,7 +68,8 @@ HELPS = [
     "a bird feeder", "a nature reserve", "a meal plan", "a slow cooker", "a food thermometer", "travel insurance",
     "a packing list", "active listening", "a weekly family meeting",
 ]
-HELPS_TEMPLATES = ["Explain what {x} is and why it helps, in simple words.", "What is {x}, and why is it useful? Answer in simple words.",
+HELPS_TEMPLATES = ["Explain what {x} is and why it helps, in simple words.",
+                   "What is {x}, and why is it useful? Answer in simple words.",
                    "In plain language, what is {x} and how does it help?", "Explain what {x} is and why people use it."]
 RELATIONS = {"friend": None, "best friend": None, "colleague": None, "neighbour": None, "flatmate": None,
              "cousin": None, "brother": "he", "sister": "she", "aunt": "she", "uncle": "he"}  # relation: its pronoun
@@ -78,7 +79,8 @@ HARD_NEWS = [  # after "My <relation>"; only past-tense verbs follow {they}, so 
     "is nervous about a job interview tomorrow", "is sad because {their} dog is very ill", "is stressed about moving house",
     "is upset because {they} failed {their} driving test", "is worried about an exam next week",
     "has felt lonely since moving to a new city", "is disappointed that {their} holiday was cancelled",
-    "is anxious about starting a new job", "is feeling down after a break-up", "is exhausted because {their} new baby does not sleep",
+    "is anxious about starting a new job", "is feeling down after a break-up",
+    "is exhausted because {their} new baby does not sleep",
     "is frustrated that {their} team lost the final", "is worried about money this month",
     "is in hospital after a small operation", "has just lost {their} job",
 ]
@@ -107,7 +109,8 @@ MACHINES = [  # singular, so "{x} works" agrees
     "a step counter", "a washing machine", "a bank transfer", "a doorbell camera",
 ]
 MACHINE_TEMPLATES = ["Describe how {x} works, briefly.", "How does {x} work? Keep it short.",
-                     "In a few sentences, describe how {x} works.", "Briefly explain how {x} works to someone who is not technical."]
+                     "In a few sentences, describe how {x} works.",
+                     "Briefly explain how {x} works to someone who is not technical."]
 IDEAS = [
     "a cheap birthday present for my dad", "a healthy lunch I can take to work", "a weekend hobby that costs little",
     "a fun family evening at home", "a small garden on a balcony", "a theme for a children's party",
@@ -169,7 +172,8 @@ SKILLS = [
     "swim", "bake bread", "draw portraits", "speak basic Spanish", "type faster", "juggle", "knit", "run five kilometres",
     "play chess", "code in Python", "sing in tune", "play the piano", "cook simple Indian dishes", "do a handstand",
 ]
-SKILL_TEMPLATES = ["Suggest a simple weekly plan for learning to {x}.", "How could I learn to {x} in a month? Give me a simple plan."]
+SKILL_TEMPLATES = ["Suggest a simple weekly plan for learning to {x}.",
+                   "How could I learn to {x} in a month? Give me a simple plan."]
 
 # --- functions: (signature, what it does after "that", what not to use or None)
 TASKS: list[tuple[str, str, str | None]] = [
@@ -177,12 +181,14 @@ TASKS: list[tuple[str, str, str | None]] = [
     ("reverse_words(s)", "returns the words of a sentence in reverse order", None),
     ("count_consonants(s)", "returns how many consonants are in s, ignoring case", None),
     ("is_anagram(a, b)", "returns True if the two strings use exactly the same letters, ignoring spaces and case", "sorted()"),
-    ("word_frequencies(text)", "returns a dictionary mapping each lowercase word to how many times it appears", "collections.Counter"),
+    ("word_frequencies(text)", "returns a dictionary mapping each lowercase word to how many times it appears",
+     "collections.Counter"),
     ("remove_spaces(s)", "returns s with all spaces removed", "str.replace()"),
     ("count_uppercase(s)", "returns how many uppercase letters are in s", None),
     ("first_repeated_char(s)", "returns the first character that appears twice in s, or None if there is none", None),
     ("first_unique_char(s)", "returns the first character that appears only once in s, or None", None),
-    ("compress_runs(s)", "turns runs of the same character into the character followed by the count, so 'aaab' gives 'a3b1'", None),
+    ("compress_runs(s)",
+     "turns runs of the same character into the character followed by the count, so 'aaab' gives 'a3b1'", None),
     ("is_pangram(s)", "returns True if s contains every letter of the English alphabet at least once", None),
     ("caesar_shift(s, k)", "shifts every lowercase letter in s by k places in the alphabet, wrapping around after 'z'", None),
     ("mask_email(email)", "replaces every character before the '@' except the first with '*'", None),
@@ -210,12 +216,14 @@ TASKS: list[tuple[str, str, str | None]] = [
     ("remove_vowels(s)", "returns s with all vowels removed", None),
     ("count_digit_chars(s)", "returns how many digit characters appear in s", "str.isdigit()"),
     ("is_isogram(word)", "returns True if no letter appears more than once in word, ignoring case", "set()"),
-    ("wrap_text(text, width)", "splits text into lines of at most width characters without breaking words", "the textwrap module"),
+    ("wrap_text(text, width)", "splits text into lines of at most width characters without breaking words",
+     "the textwrap module"),
     ("reverse_each_word(s)", "reverses every word of a sentence but keeps the words in their order", None),
     ("join_with_and(items)", "joins a list of strings as in English, so ['a', 'b', 'c'] gives 'a, b and c'", None),
     ("count_sentences(text)", "returns how many sentences text has, counting '.', '!' and '?' as sentence ends", None),
     ("longest_run(s)", "returns the length of the longest run of the same character in s", None),
-    ("is_subsequence(a, b)", "returns True if all characters of a appear in b in the same order, not necessarily next to each other",
+    ("is_subsequence(a, b)",
+     "returns True if all characters of a appear in b in the same order, not necessarily next to each other",
      None),
     ("longest_palindromic_substring(s)", "returns the longest substring of s that reads the same backwards", None),
     ("word_lengths(s)", "returns a list with the length of each word in a sentence", None),
@@ -263,7 +271,8 @@ TASKS: list[tuple[str, str, str | None]] = [
     ("diagonal(matrix)", "returns the main diagonal of a square matrix as a list", None),
     ("pairs_with_sum(numbers, target)", "returns all pairs of numbers in the list that add up to target", None),
     ("missing_number(numbers)", "returns the one number missing from a list that should hold every number from 1 to n", None),
-    ("binary_search(items, target)", "returns the index of target in a sorted list, or -1, using binary search", "the bisect module"),
+    ("binary_search(items, target)", "returns the index of target in a sorted list, or -1, using binary search",
+     "the bisect module"),
     ("bubble_sort(numbers)", "sorts a list of numbers with bubble sort and returns it", "sort() or sorted()"),
     ("insertion_sort(numbers)", "sorts a list of numbers with insertion sort and returns it", "sort() or sorted()"),
     ("unique_sorted(items)", "returns the distinct items of a list in ascending order", None),
@@ -286,7 +295,8 @@ TASKS: list[tuple[str, str, str | None]] = [
     ("group_by_first_letter(words)", "returns a dictionary mapping each first letter to the words that start with it", None),
     ("count_by_type(items)", "returns a dictionary counting how many items of each type name (such as 'int' or 'str') a list has",
      None),
-    ("nested_get(d, keys)", "follows a list of keys through nested dictionaries and returns the value, or None if a key is missing",
+    ("nested_get(d, keys)",
+     "follows a list of keys through nested dictionaries and returns the value, or None if a key is missing",
      None),
     ("rename_keys(d, mapping)", "returns a copy of d with its keys renamed according to mapping; other keys stay the same", None),
     ("dict_from_pairs(pairs)", "builds a dictionary from a list of (key, value) pairs, keeping the last value of a repeated key",
@@ -297,7 +307,8 @@ TASKS: list[tuple[str, str, str | None]] = [
     ("member_to_group(groups)", "turns a dictionary of group name to list of members into a dictionary of member to group name",
      None),
     ("top_scores(scores, n)", "returns the names with the n highest scores from a dictionary of name to score", None),
-    ("remove_empty_values(d)", "returns a copy of d without the keys whose value is None, an empty string or an empty list", None),
+    ("remove_empty_values(d)", "returns a copy of d without the keys whose value is None, an empty string or an empty list",
+     None),
     ("average_marks(marks)", "takes a dictionary of student name to list of marks and returns a dictionary of student name "
      "to average mark", None),
     ("scale_recipe(ingredients, factor)", "multiplies every quantity in a dictionary of ingredient to quantity by factor", None),
@@ -365,12 +376,13 @@ TASKS: list[tuple[str, str, str | None]] = [
 ]
 FUNCTION_OPENINGS = ["Write a Python function `{sig}` that {what}", "Write a Python function `{sig}` that {what}",
                      "Write a function `{sig}` in Python that {what}"]  # the suite's own wording twice as often
-FUNCTION_ENDINGS = [".", ". Include a docstring.", ". Explain your solution briefly after the code.", ". Add a short example call.",
-                    ". Keep it short and readable."]
+FUNCTION_ENDINGS = [".", ". Include a docstring.", ". Explain your solution briefly after the code.",
+                    ". Add a short example call.", ". Keep it short and readable."]
 
 # --- writing: (fillers, templates) per kind; a pair's two parts go to {p} and {x}.
 NOTES = [
-    ("a neighbour", "feed your cat while you are away for the weekend"), ("a neighbour", "keep the music down after ten at night"),
+    ("a neighbour", "feed your cat while you are away for the weekend"),
+    ("a neighbour", "keep the music down after ten at night"),
     ("your flatmate", "take the bins out on Thursday evenings"), ("your flatmate", "stop leaving dirty dishes in the sink"),
     ("your landlord", "fix the dripping shower"), ("a colleague", "cover your shift next Tuesday"),
     ("a colleague", "return the stapler they borrowed"), ("your child's teacher", "excuse your child from sports on Friday"),
@@ -468,7 +480,8 @@ SLOGAN_SUBJECTS = [
     "a school science fair", "a healthy snack bar", "a local football team", "a community garden", "a language school",
     "a fitness app", "a tea shop", "a charity fun run", "a repair café", "a campaign to save water",
 ]
-SLOGAN_TEMPLATES = ["Suggest three slogans for {x}.", "Write a catchy slogan for {x}.", "Come up with five short slogans for {x}."]
+SLOGAN_TEMPLATES = ["Suggest three slogans for {x}.", "Write a catchy slogan for {x}.",
+                    "Come up with five short slogans for {x}."]
 REVIEW_SUBJECTS = [
     "a small Italian restaurant with slow service but great pasta", "a pair of running shoes you have worn for a month",
     "a hotel by the sea with a noisy bar", "a cheap pair of headphones", "a museum about the history of trains",
