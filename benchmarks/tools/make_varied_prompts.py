@@ -230,9 +230,9 @@ def main() -> None:
     banned = {_normalise(t) for t in eval_prompts(ROOT)}
     kept, seen = [], set()
     for category, prompt in rows:
-        last = prompt[-1]["content"] if isinstance(prompt, list) else prompt
+        turns = [m["content"] for m in prompt if m["role"] == "user"] if isinstance(prompt, list) else [prompt]
         key = _normalise(json.dumps(prompt))
-        if key in seen or (not isinstance(prompt, list) and any(b in _normalise(last) for b in banned)):
+        if key in seen or any(b in _normalise(turn) for turn in turns for b in banned):  # every user turn
             continue
         seen.add(key)
         kept.append((category, prompt))
