@@ -31,12 +31,10 @@ import argparse
 import json
 import random
 import sys
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_head_prompts import _normalise, eval_prompts  # noqa: E402
-from make_varied_prompts import FOLLOWUPS, NAMES  # noqa: E402
+from make_varied_prompts import FOLLOWUPS, NAMES, write_prompt_set  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -623,10 +621,6 @@ def explain(rng: random.Random, count: int) -> list[Row]:
     return [("explain", text) for text in rng.sample(made, min(count, len(made)))]
 
 
-def _user_turns(prompt: object) -> list[str]:
-    return [m["content"] for m in prompt if m["role"] == "user"] if isinstance(prompt, list) else [prompt]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts-varied", type=Path, required=True, help="the step-12 prompt set (make_varied_prompts.py)")
@@ -646,21 +640,7 @@ def main() -> None:
     rows = (chat(rng, args.chat) + functions(rng, args.functions) + writing(rng, args.writing)
             + third_turns(args.prompts_varied, args.answers_varied, rng, args.thirdturn, target)
             + explain(rng, args.explain))
-    banned = {_normalise(t) for t in eval_prompts(ROOT)}
-    kept, seen = [], set()
-    for category, prompt in rows:
-        key = _normalise(json.dumps(prompt))
-        if key in seen or any(b in _normalise(turn) for turn in _user_turns(prompt) for b in banned):
-            continue
-        seen.add(key)
-        kept.append((category, prompt))
-    rng.shuffle(kept)
-    with args.out.open("w", encoding="utf-8") as stream:
-        for number, (category, prompt) in enumerate(kept):
-            field = "messages" if isinstance(prompt, list) else "prompt"
-            stream.write(json.dumps({"id": f"headS-{number:05d}", "category": category, field: prompt}) + "\n")
-    print(f"wrote {len(kept)} prompts to {args.out}: {dict(Counter(c for c, _ in kept).most_common())}")
-
+    write_prompt_set(rows, rng, args.out, "headS")
 
 if __name__ == "__main__":
     main()

@@ -211,6 +211,30 @@ def python_questions(rng: random.Random, count: int) -> list[tuple[str, object]]
     return [("python", rng.choice(PYTHON_TEMPLATES).format(q=q, doc=doc)) for q, doc in found[:count]]
 
 
+def user_turns(prompt: object) -> list[str]:
+    """The user turns of a conversation, or the prompt itself."""
+    return [m["content"] for m in prompt if m["role"] == "user"] if isinstance(prompt, list) else [prompt]  # type: ignore[union-attr]
+
+
+def write_prompt_set(rows: list[tuple[str, object]], rng: random.Random, out: Path, prefix: str) -> None:
+    """Drop duplicates and any prompt with a user turn equal to or containing an eval-suite,
+    calibration or benchmark prompt; shuffle; write `{"id", "category", "prompt"|"messages"}` lines."""
+    banned = {_normalise(t) for t in eval_prompts(ROOT)}
+    kept, seen = [], set()
+    for category, prompt in rows:
+        key = _normalise(json.dumps(prompt))
+        if key in seen or any(b in _normalise(turn) for turn in user_turns(prompt) for b in banned):
+            continue
+        seen.add(key)
+        kept.append((category, prompt))
+    rng.shuffle(kept)
+    with out.open("w", encoding="utf-8") as stream:
+        for number, (category, prompt) in enumerate(kept):
+            field = "messages" if isinstance(prompt, list) else "prompt"
+            stream.write(json.dumps({"id": f"{prefix}-{number:05d}", "category": category, field: prompt}) + "\n")
+    print(f"wrote {len(kept)} prompts to {out}: {dict(Counter(c for c, _ in kept).most_common())}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--answers", type=Path, required=True, help="generations of head_prompts_large.jsonl")
@@ -227,22 +251,7 @@ def main() -> None:
     target = load_model("smollm2-135m", device="cpu", dtype="float32")  # its tokenizer and end-of-sequence ids
     rows = (followups(args.answers, large, rng, args.followups, target) + reasoning(rng, args.reasoning)
             + everyday(rng) + python_questions(rng, args.python))
-    banned = {_normalise(t) for t in eval_prompts(ROOT)}
-    kept, seen = [], set()
-    for category, prompt in rows:
-        turns = [m["content"] for m in prompt if m["role"] == "user"] if isinstance(prompt, list) else [prompt]
-        key = _normalise(json.dumps(prompt))
-        if key in seen or any(b in _normalise(turn) for turn in turns for b in banned):  # every user turn
-            continue
-        seen.add(key)
-        kept.append((category, prompt))
-    rng.shuffle(kept)
-    with args.out.open("w", encoding="utf-8") as stream:
-        for number, (category, prompt) in enumerate(kept):
-            field = "messages" if isinstance(prompt, list) else "prompt"
-            stream.write(json.dumps({"id": f"headV-{number:05d}", "category": category, field: prompt}) + "\n")
-    print(f"wrote {len(kept)} prompts to {args.out}: {dict(Counter(c for c, _ in kept).most_common())}")
-
+    write_prompt_set(rows, rng, args.out, "headV")
 
 if __name__ == "__main__":
     main()
