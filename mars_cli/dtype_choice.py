@@ -19,7 +19,7 @@ Intel Xeon with AMX a 17-wide forward cost 1.27x a plain step in bfloat16 and 2.
 while their plain steps were within noise of each other): there each usable candidate's cost curve
 is measured too (cached per dtype, as the session's own would be: decoding/cost.py), and the
 candidates are compared by the target's milliseconds per emitted token in the best draft shape
-each affords, at the shipped head's measured acceptance (`cost.speculative_estimate`). A
+each affords, at the default drafter's measured acceptance (`cost.speculative_estimate`). A
 session without drafting (`--draft none`) compares plain steps. The two choices are cached apart.
 
 Usable (`check_usable`): on the first CHECK_PROMPTS calibration prompts, a candidate's next-token
@@ -48,10 +48,12 @@ import torch
 
 from . import notes
 from .decoding import cost
+from .decoding.acceptance import EARLY_HEAD, DraftAcceptance
 from .errors import first_line
 from .models import DTYPES, LoadedModel
 
-SCHEMA = 4  # 3: drafting sessions chosen for apart (the key's "decoding"); 4: bfloat16 timed packed
+SCHEMA = 5  # 3: drafting sessions chosen for apart (the key's "decoding"); 4: bfloat16 timed packed;
+# 5: a drafting session's key holds the acceptance figures its estimate used
 PLAIN, SPECULATIVE = "plain", "speculative"  # how the session decodes: what the choice compares
 FOLDER = "dtypes"  # <cache>/dtypes/<hash of the key>.json
 EXACT = "float32"  # the reference every candidate is checked against; `--dtype float32` is the exact mode
@@ -84,9 +86,23 @@ def candidates(device: torch.device) -> tuple[str, ...]:
 
 def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = False, packed: bool = False) -> dict:
     """Everything the choice depends on that can change between runs on one machine (`packed`:
-    bfloat16 timed on packed linears, as a session with `--packed-weights` other than off runs it)."""
-    return {**cost.machine_key(model_fingerprint, device), "candidates": list(candidates(device)),
-            "decoding": SPECULATIVE if speculative else PLAIN, "packed_bfloat16": packed}
+    bfloat16 timed on packed linears, as a session with `--packed-weights` other than off runs it;
+    a drafting session's: the acceptance figures it is estimated at, so a new head re-measures)."""
+    key = {**cost.machine_key(model_fingerprint, device), "candidates": list(candidates(device)),
+           "decoding": SPECULATIVE if speculative else PLAIN, "packed_bfloat16": packed}
+    if speculative:
+        key["acceptance"] = default_acceptance(model_fingerprint).key()
+    return key
+
+
+def default_acceptance(model_fingerprint: str) -> DraftAcceptance:
+    """The figures of the drafter `--draft auto` takes for this target: its head's measured ones
+    when it records them, an early head's otherwise (decoding/acceptance.py)."""
+    from .head.drafter import find_head, head_acceptance
+
+    path = find_head(model_fingerprint)
+    figures = None if path is None else head_acceptance(path)
+    return figures if figures is not None else EARLY_HEAD
 
 
 @dataclass
@@ -355,7 +371,7 @@ def speculative_cost(target: LoadedModel, name: str, plain_ms: float,
         target.dtype = loaded_as
     if 1 not in curve.ms_by_width:
         return None, None
-    ms, shape = cost.speculative_estimate(curve)
+    ms, shape = cost.speculative_estimate(curve, default_acceptance(target.fingerprint))
     return plain_ms * ms / curve.ms_by_width[1], shape
 
 

@@ -17,6 +17,7 @@ from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, c
 from .decoding.loop import DecodeSettings, decode, make_generator
 from .decoding.sampling import GREEDY_BELOW
 from .decoding import cost
+from .decoding.acceptance import EARLY_HEAD
 from .decoding.cost import AdaptiveDraftLength
 from .decoding.stats import DecodeStats
 from .decoding.target import TargetScorer, resolve_compile
@@ -79,7 +80,7 @@ class Session:
         feature_layers = () if head is None else head.feature_layers_for(self.target.model)
         self.scorer = TargetScorer(self.target, feature_layers, static_cache=compiled, compile=compiled,
                                    headroom=options.max_new_tokens + widest + 2, fallback=options.model.compile == "auto")
-        self.drafter = self._build_drafter(kind, head, CHAIN if kind == "none" else self._tree_shape())
+        self.drafter = self._build_drafter(kind, head, CHAIN if kind == "none" else self._tree_shape(head))
         if self.packing.packed and head is not None:  # the head's products are the target's kind (bfloat16 here)
             packing.install(head)
         if kind == "ngram" and isinstance(drafting.draft_topk, int) and drafting.draft_topk > 1:
@@ -88,14 +89,16 @@ class Session:
         elif kind == "none" and drafting.draft_topk not in (1, "auto"):  # plain decoding: nothing to branch
             note(f"--draft {drafting.draft} proposes nothing; --draft-topk {drafting.draft_topk} is ignored")
 
-    def _tree_shape(self) -> TreeShape:
-        """--draft-topk / --draft-tokens, `auto` ones from the target's measured cost curve."""
+    def _tree_shape(self, head: PairHead | None) -> TreeShape:
+        """--draft-topk / --draft-tokens, `auto` ones from the target's measured cost curve and the
+        drafter's acceptance: a head's own figures when its files record them (acceptance.py)."""
         drafting = self.options.drafting
         topk, tokens = drafting.draft_topk, drafting.draft_tokens
         if topk == 1:
             return CHAIN
         if "auto" in (topk, tokens):
-            chosen = cost.tree_shape(self._cost_curve(cost.shape_widths(self.scorer.compiled)))
+            figures = head.acceptance if head is not None and head.acceptance is not None else EARLY_HEAD
+            chosen = cost.tree_shape(self._cost_curve(cost.shape_widths(self.scorer.compiled)), figures)
             topk = chosen.topk if topk == "auto" else topk
             tokens = chosen.tokens if tokens == "auto" else tokens
         if topk == 1:

@@ -114,8 +114,11 @@ def test_measuring_leaves_the_scorer_usable(tiny_target):
 
 
 def test_tree_shape_takes_the_fewest_milliseconds_per_expected_token():
-    from mars_cli.decoding.cost import TREE_TOPK, tree_shape, tree_tau
+    from mars_cli.decoding.acceptance import EARLY_HEAD
+    from mars_cli.decoding.cost import TREE_TOPK, tree_shape
     from mars_cli.decoding.tree import TreeShape
+
+    tree_tau = EARLY_HEAD.tree
 
     assert tree_shape(STEEP) == TreeShape(1, 0)  # every extra position a full step: chains
     widths = (*range(1, 18), 25, 33, 49, 65)
@@ -134,6 +137,23 @@ def test_tree_shape_takes_the_fewest_milliseconds_per_expected_token():
     compiled = CostCurve({}, {1: 2.4, 5: 2.4, 17: 2.5})  # a compiled curve: 17 is the only tree width
     assert tree_shape(compiled) == TreeShape(TREE_TOPK, 16)
     assert tree_shape(CostCurve({}, {1: 2.4, 5: 2.4})) == TreeShape(1, 0)  # never extrapolated
+
+
+def test_tree_shape_weighs_trees_by_the_drafters_own_figures():
+    """The curve measured on an AMD EPYC with AVX512-BF16 (bfloat16, packed): at an early head's
+    figures chains look cheaper (the default drafted chains at 1.64x plain), at the step-13 head's
+    measured ones the 4 x 8 tree wins (it ran at 1.80x)."""
+    from mars_cli.decoding.acceptance import EARLY_HEAD, DraftAcceptance
+    from mars_cli.decoding.cost import TREE_TOPK, tree_shape
+    from mars_cli.decoding.tree import TreeShape
+
+    epyc = CostCurve({}, {1: 36.2, 2: 36.7, 3: 47.5, 4: 46.0, 5: 46.0, 6: 46.8, 7: 47.6, 8: 42.2, 9: 50.7,
+                          17: 63.3, 25: 67.3, 33: 84.0, 49: 91.4, 65: 126.8})
+    assert tree_shape(epyc, EARLY_HEAD) == TreeShape(1, 0)
+    step13 = DraftAcceptance(chain=(0.55, 0.52, 0.5, 0.45), tree_tau={8: 2.6, 16: 2.78, 32: 2.9}, source="test")
+    assert tree_shape(epyc, step13) == TreeShape(TREE_TOPK, 8)
+    weak = DraftAcceptance(chain=(0.3,), tree_tau={8: 1.2}, source="test")  # a poor drafter: no tree pays
+    assert tree_shape(epyc, weak) == TreeShape(1, 0)
 
 
 def test_a_round_without_a_drafting_time_teaches_acceptance_only():
@@ -239,19 +259,21 @@ def test_round_times_overrule_a_curve_that_is_wrong_here():
 
 
 def test_speculative_estimate_picks_the_cheapest_shape_per_token():
-    """k chain drafts accepted at rate a each bring 1 + a + ... + a^k tokens; a tree brings what
-    its rates by depth say."""
-    chain, tree = (0.5,), (0.6, 0.5)
+    """k chain drafts accepted at rate a each bring 1 + a + ... + a^k tokens; a tree brings the
+    tau its size's figure says."""
+    from mars_cli.decoding.acceptance import DraftAcceptance
+
+    figures = DraftAcceptance(chain=(0.5,), tree_tau={8: 1.8, 32: 1.9}, source="test")
     flat = CostCurve({}, {1: 10.0, 2: 10.0, 3: 10.0, 4: 10.0, 5: 10.0, **{n + 1: 11.0 for n in cost.TREE_SIZES}})
-    ms, shape = cost.speculative_estimate(flat, chain, tree)
-    assert shape == "a chain of 4" and ms == pytest.approx(10.0 / 1.9375)
-    better_trees = (0.9, 0.8)  # 1 + .9 + .72 = 2.62 tokens: 11 ms / 2.62 beats the chain's 10 ms / 1.94
-    ms, shape = cost.speculative_estimate(flat, chain, better_trees)
+    ms, shape = cost.speculative_estimate(flat, figures)  # later positions at the last figure's rate
+    assert shape == "a chain of 4" and ms == pytest.approx(10.0 / 1.9375)  # 11 ms / 1.9 is dearer
+    better_trees = DraftAcceptance(chain=(0.5,), tree_tau={8: 2.4, 32: 2.62}, source="test")
+    ms, shape = cost.speculative_estimate(flat, better_trees)  # 11 ms / 2.62 beats the chain's 10 ms / 1.94
     assert shape == "a 4 x 32 tree" and ms == pytest.approx(11.0 / 2.62)  # 32 nodes: as much as 64 brings
     steep = CostCurve({}, {1: 10.0, 2: 11.0, 3: 16.0, 4: 22.0, 5: 28.0, **{n + 1: 10.0 * n for n in cost.TREE_SIZES}})
-    assert cost.speculative_estimate(steep, chain, tree) == (pytest.approx(11.0 / 1.5), "a chain of 1")
+    assert cost.speculative_estimate(steep, figures) == (pytest.approx(11.0 / 1.5), "a chain of 1")
     dear = CostCurve({}, {w: 10.0 * w for w in cost.ESTIMATE_WIDTHS})
-    assert cost.speculative_estimate(dear, chain, tree) == (10.0, "plain decoding")
+    assert cost.speculative_estimate(dear, figures) == (10.0, "plain decoding")
     assert cost.speculative_estimate(flat)[0] < cost.speculative_estimate(dear)[0]  # the shipped defaults
 
 

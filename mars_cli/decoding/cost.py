@@ -29,6 +29,7 @@ import torch
 
 from .. import notes
 from ..paths import cache_dir, write_atomic
+from .acceptance import EARLY_HEAD, DraftAcceptance
 from .tree import CHAIN, DraftTree, TreeShape
 
 if TYPE_CHECKING:
@@ -92,73 +93,52 @@ TREE_DEPTHS = (3, 4, 5, 6)  # the depths auto chooses from (or none); each level
 TREE_SIZES = (8, 16, 24, 32, 48, 64)  # a curve measures widths 9, 17, 25, 33, 49 and 65
 SHAPE_WIDTHS = (1, *(n + 1 for n in TREE_SIZES))  # all that `tree_shape` reads
 TREE_TOPK = 4
-# Tau by tree size (TREE_TOPK children a node, 3 levels), measured with the shipped SmolLM2 head in
-# bfloat16 on the held-out chat and code suites (docs/benchmarks.md, "Tree shapes"): 8 nodes 2.14,
-# 16 nodes 2.37, 32 nodes 2.48. Sizes between are interpolated in log2(size); past 32 no further
-# gain is assumed, so a larger tree must be as cheap to verify to be chosen.
-TREE_TAU = {8: 2.14, 16: 2.37, 32: 2.48}
-
-
-def tree_tau(size: int) -> float:
-    """The tokens a round of a `size`-node tree is expected to emit (TREE_TAU, interpolated)."""
-    sizes = sorted(TREE_TAU)
-    if size <= sizes[0]:
-        return TREE_TAU[sizes[0]]
-    for small, large in zip(sizes, sizes[1:]):
-        if size <= large:
-            share = (math.log2(size) - math.log2(small)) / (math.log2(large) - math.log2(small))
-            return TREE_TAU[small] + share * (TREE_TAU[large] - TREE_TAU[small])
-    return TREE_TAU[sizes[-1]]
-
-
-def tree_shape(curve: CostCurve) -> TreeShape:
+def tree_shape(curve: CostCurve, acceptance: DraftAcceptance = EARLY_HEAD) -> TreeShape:
     """`--draft-topk auto` / `--draft-tokens auto`: the tree whose verification forward costs the
-    fewest milliseconds per expected token (its measured width's cost over `tree_tau`), or a chain
-    where the best chain of up to ESTIMATE_MAX_DRAFT drafts (ESTIMATE_CHAIN_ACCEPTANCE) costs fewer
+    fewest milliseconds per expected token (its measured width's cost over the drafter's tau at
+    that size), or a chain where the best chain of up to ESTIMATE_MAX_DRAFT drafts costs fewer
     (float32 on a CPU, where width is dear). Only measured widths count (a compiled curve has 1, 5
     and 17). A fixed cap on the tree's cost relative to a plain step (1.2x, until 2026-12-01) turned
     on noise: on the Intel Xeon with AMX a 9-wide forward measured 1.204x and the default drafted
-    chains at 1.34x plain instead of trees at 1.68x."""
-    trees = {n: curve.ms_by_width[n + 1] / tree_tau(n)  # ms per token; never an extrapolated width
+    chains at 1.34x plain instead of trees at 1.68x; stale acceptance figures (an early head's, until
+    2026-12-02) had an AMD EPYC draft chains at 1.64x plain where 4 x 8 trees ran at 1.80x."""
+    trees = {n: curve.ms_by_width[n + 1] / acceptance.tree(n)  # ms per token; never an extrapolated width
              for n in TREE_SIZES if n + 1 in curve.ms_by_width}
     if not trees:
         return CHAIN
     size = min(trees, key=trees.get)
-    chains = [k for k in range(1, ESTIMATE_MAX_DRAFT + 1) if k + 1 in curve.ms_by_width]
-    if chains:
-        k = best_draft_length(curve, ESTIMATE_CHAIN_ACCEPTANCE, 0.0, ESTIMATE_MAX_DRAFT, lengths=chains)
-        chain_ms = curve.cost(k + 1) / expected_tokens(ESTIMATE_CHAIN_ACCEPTANCE, k)
-    else:
-        chain_ms = curve.cost(1)
-    return TreeShape(TREE_TOPK, size) if trees[size] < chain_ms else CHAIN
+    return TreeShape(TREE_TOPK, size) if trees[size] < _best_chain(curve, acceptance)[0] else CHAIN
 
 
 # `--dtype auto` for a session that drafts (mars_cli/dtype_choice.py) compares dtypes by what a round
 # of the best shape each one affords would cost per token: chains up to ESTIMATE_MAX_DRAFT, or the
-# tree `tree_shape` picks, searched as deep as the acceptance below reaches. Nothing is known of the
-# session's drafter when the dtype is chosen: the shipped SmolLM2 head's measured acceptance stands
-# in (P(position accepted | those before were); docs/head.md: held-out k = 4 chains 0.52 0.50 0.48
-# 0.41, the default 4 x 16 tree by depth 0.66 0.61 0.45).
+# tree `tree_shape` picks, at the default drafter's figures (acceptance.py).
 ESTIMATE_MAX_DRAFT = 4
-ESTIMATE_CHAIN_ACCEPTANCE = (0.52, 0.50, 0.48, 0.41)
-ESTIMATE_TREE_ACCEPTANCE = (0.66, 0.61, 0.45)
 ESTIMATE_WIDTHS = tuple(sorted({*range(1, ESTIMATE_MAX_DRAFT + 2), *SHAPE_WIDTHS}))
 
 
-def speculative_estimate(curve: CostCurve, chain: Sequence[float] = ESTIMATE_CHAIN_ACCEPTANCE,
-                         tree: Sequence[float] = ESTIMATE_TREE_ACCEPTANCE) -> tuple[float, str]:
-    """(milliseconds of target forwards per emitted token, the shape) for the cheapest of: plain
-    decoding, a chain of 1..ESTIMATE_MAX_DRAFT, and the tree `tree_shape` picks from this curve
-    searched len(tree) levels deep, each position accepted at the given rates. Drafting's own cost
-    is left out: it is about the same in every dtype, and what differs between dtypes is what the
-    target's width costs. Only measured widths count."""
+def _best_chain(curve: CostCurve, acceptance: DraftAcceptance, min_k: int = 1) -> tuple[float, int]:
+    """(milliseconds of target forwards per emitted token, k) for the best chain of min_k up to
+    ESTIMATE_MAX_DRAFT drafts at measured widths (k = 0: plain decoding; positions past the
+    figures' last are accepted at its rate); a plain step's cost when no chain width was measured."""
     measured = [k for k in range(1, ESTIMATE_MAX_DRAFT + 1) if k + 1 in curve.ms_by_width]
-    k = best_draft_length(curve, chain, 0.0, ESTIMATE_MAX_DRAFT, min_k=0, lengths=measured)
-    options = [(curve.cost(k + 1) / expected_tokens(chain, k), f"a chain of {k}" if k else "plain decoding")]
-    shape = tree_shape(curve)
+    if not measured and min_k > 0:
+        return curve.cost(1), 0
+    k = best_draft_length(curve, acceptance.chain, 0.0, ESTIMATE_MAX_DRAFT, min_k=min_k, lengths=measured)
+    return curve.cost(k + 1) / expected_tokens(acceptance.chain, k), k
+
+
+def speculative_estimate(curve: CostCurve, acceptance: DraftAcceptance = EARLY_HEAD) -> tuple[float, str]:
+    """(milliseconds of target forwards per emitted token, the shape) for the cheapest of: plain
+    decoding, a chain of 1..ESTIMATE_MAX_DRAFT, and the tree `tree_shape` picks from this curve,
+    at the drafter's figures. Drafting's own cost is left out: it is about the same in every dtype,
+    and what differs between dtypes is what the target's width costs. Only measured widths count."""
+    ms, k = _best_chain(curve, acceptance, min_k=0)
+    options = [(ms, f"a chain of {k}" if k else "plain decoding")]
+    shape = tree_shape(curve, acceptance)
     if shape.branches:
-        tokens = expected_tokens(tree, len(tree))
-        options.append((curve.ms_by_width[shape.tokens + 1] / tokens, f"a {shape.topk} x {shape.tokens} tree"))
+        options.append((curve.ms_by_width[shape.tokens + 1] / acceptance.tree(shape.tokens),
+                        f"a {shape.topk} x {shape.tokens} tree"))
     return min(options)
 
 

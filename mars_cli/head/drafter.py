@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
+from ..decoding.acceptance import DraftAcceptance
 from ..decoding.drafters import Drafter
 from ..decoding.tree import CHAIN, DraftTree, FrontierRows, TreeShape, grow_tree, pool_size
 from ..decoding.sampling import SamplingParams, probabilities, process_logits, sample
@@ -48,6 +49,19 @@ def head_fingerprint(path: Path) -> str | None:
     except (OSError, SafetensorError, ValueError, AttributeError, UserError):
         return None  # unreadable or malformed: skipped, as a stray file in a profile folder is
     return None  # neither a head directory nor a .safetensors file
+
+
+def head_acceptance(path: Path) -> DraftAcceptance | None:
+    """The measured acceptance an EAGLE-3 head directory records (config.json's
+    `mars.acceptance`), read without loading its weights; None when it records none or its config
+    cannot be read (loading the head for drafting then says what is wrong with it)."""
+    if not is_head_directory(path):
+        return None
+    try:
+        where = str(path / CONFIG_FILE)
+        return Eagle3Config.from_json(validate.read_json_object(path / CONFIG_FILE), where).acceptance
+    except (OSError, UserError):
+        return None
 
 
 def find_head(fingerprint: str) -> Path | None:

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import models
+from ..decoding.acceptance import DraftAcceptance
 from ..errors import UserError
 from . import validate
 from .parts import PairHead, RMSNorm
@@ -61,7 +62,8 @@ class Eagle3Config:
     target_hidden_size: int | None = None  # the target's H when it differs from hidden_size
     aux_layer_ids: list[int] | None = None  # eagle_config.eagle_aux_hidden_state_layer_ids
     norm_before_residual: bool = False
-    mars: dict = field(default_factory=dict)  # ours: target, fingerprint, recipe
+    mars: dict = field(default_factory=dict)  # ours: target, fingerprint, recipe, acceptance
+    acceptance: DraftAcceptance | None = None  # mars.acceptance, parsed (written back through `mars`)
     extra: dict = field(default_factory=dict)  # any other config.json keys, kept on a round trip
 
     @property
@@ -89,6 +91,8 @@ class Eagle3Config:
         mars = validate.optional_dict(data, "mars", where)
         for name in ("target", "target_fingerprint"):
             validate.optional_str(mars, name, f"{where}: `mars`")
+        acceptance = (None if mars.get("acceptance") is None else
+                      DraftAcceptance.from_json(mars["acceptance"], f"{where}: `mars.acceptance`", where))
         heads = validate.positive_int(data, "num_attention_heads", where)
         vocab = validate.positive_int(data, "vocab_size", where)
         config = cls(
@@ -106,6 +110,7 @@ class Eagle3Config:
             aux_layer_ids=aux,
             norm_before_residual=validate.boolean(data, "norm_before_residual", where, False),
             mars=dict(mars),
+            acceptance=acceptance,
             extra={k: v for k, v in data.items() if k not in KNOWN_FIELDS},
         )
         config.check_consistent(where)
@@ -254,6 +259,10 @@ class Eagle3Head(PairHead):
     @property
     def target_name(self) -> str:
         return str(self.config.mars.get("target", ""))
+
+    @property
+    def acceptance(self) -> DraftAcceptance | None:
+        return self.config.acceptance
 
     def feature_layers_for(self, target_model: nn.Module) -> tuple[int, ...]:
         """hidden_states entries: the configured aux layer ids + 1 (the outputs of those layers),

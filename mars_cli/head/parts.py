@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..decoding.acceptance import DraftAcceptance
 from ..errors import UserError
 
 
@@ -160,6 +161,11 @@ class PairHead(nn.Module, ABC):
     @abstractmethod
     def feature_layers_for(self, target_model: nn.Module) -> tuple[int, ...]:
         """Which entries of the target's `hidden_states` it reads (see target.select_features)."""
+
+    @property
+    def acceptance(self) -> DraftAcceptance | None:
+        """Its measured acceptance, when its files record it (decoding/acceptance.py)."""
+        return None
 
     @abstractmethod
     def logits(self, state: torch.Tensor) -> torch.Tensor:
