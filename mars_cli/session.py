@@ -17,7 +17,7 @@ from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, c
 from .decoding.loop import DecodeSettings, decode, make_generator
 from .decoding.sampling import GREEDY_BELOW
 from .decoding import cost
-from .decoding.acceptance import EARLY_HEAD
+from .decoding.acceptance import EARLY_HEAD, DraftAcceptance
 from .decoding.cost import AdaptiveDraftLength
 from .decoding.stats import DecodeStats
 from .decoding.target import TargetScorer, resolve_compile
@@ -98,7 +98,7 @@ class Session:
             return CHAIN
         if "auto" in (topk, tokens):
             figures = head.acceptance if head is not None and head.acceptance is not None else EARLY_HEAD
-            chosen = cost.tree_shape(self._cost_curve(cost.shape_widths(self.scorer.compiled)), figures)
+            chosen = self._settled_shape(self._cost_curve(cost.shape_widths(self.scorer.compiled)), figures)
             topk = chosen.topk if topk == "auto" else topk
             tokens = chosen.tokens if tokens == "auto" else tokens
         if topk == 1:
@@ -107,6 +107,16 @@ class Session:
         require(tokens < room, f"--draft-tokens {tokens}: a tree that wide does not fit the model's context "
                                f"({room + 1} positions)")
         return TreeShape(int(topk), int(tokens))
+
+    def _settled_shape(self, curve: cost.CostCurve, figures: DraftAcceptance) -> TreeShape:
+        """The shape the curve and figures pick; a close call (cost.SHAPE_CLOSE) on widths not yet
+        settled is timed again first, within the session's measuring budget (cost.settle)."""
+        verdict = cost.shape_verdict(curve, figures)
+        unsettled = [w for w in verdict.deciding if w not in curve.settled]
+        if verdict.closeness > cost.SHAPE_CLOSE or not unsettled or self.scorer.compiled:
+            return verdict.shape
+        self._curve = cost.settle(self.scorer, curve, verdict.deciding, self._measuring, note=note)
+        return cost.shape_verdict(self._curve, figures).shape
 
     def _dtype_timed_packed(self) -> bool:
         """Whether `--dtype auto` chose this session's dtype on packed-linear timings."""

@@ -64,14 +64,40 @@ def test_a_head_carries_its_figures_and_a_malformed_entry_refuses_the_head(tiny_
     assert head_acceptance(broken) is None  # read without loading: the load says what is wrong
 
 
+def _session_shape(directory, tiny_target) -> TreeShape:
+    options = DecodingOptions.of(draft=f"head:{directory}", dtype="float32", packed_weights="off")
+    return Session(options, target=tiny_target).drafter.shape
+
+
 def test_tree_shape_auto_weighs_the_heads_own_figures(tiny_target, tmp_path, monkeypatch):
     """On the same measured curve, an early head's figures make chains look cheaper and the
     step-13 head's make a 4 x 8 tree win; the session takes the figures of the head it drafts with."""
     assert cost.tree_shape(EPYC, EARLY_HEAD) == CHAIN
-    monkeypatch.setattr(cost, "curve_for", lambda *args, **kwargs: EPYC)
+    settled = CostCurve({}, EPYC.ms_by_width, frozenset(EPYC.ms_by_width))  # timed again already
+    monkeypatch.setattr(cost, "curve_for", lambda *args, **kwargs: settled)
     shapes = {}
     for name, changes in (("measured", {"mars": {"acceptance": FIGURES}}), ("plain", None)):
         directory = write_public_head(tmp_path / name, tiny_target, config_changes=changes)
-        options = DecodingOptions.of(draft=f"head:{directory}", dtype="float32", packed_weights="off")
-        shapes[name] = Session(options, target=tiny_target).drafter.shape
+        shapes[name] = _session_shape(directory, tiny_target)
     assert shapes == {"measured": TreeShape(TREE_TOPK, 8), "plain": CHAIN}
+
+
+def test_a_close_call_is_timed_again_before_the_session_takes_it(tiny_target, tmp_path, monkeypatch):
+    """At an early head's figures the EPYC curve is a close call (chain 23.5 against tree 23.7 ms
+    a token): the session times the deciding widths again (cost.settle) and takes what they say;
+    a call far from close, or on settled widths, is taken as it is."""
+    monkeypatch.setattr(cost, "curve_for", lambda *args, **kwargs: EPYC)
+    asked = []
+
+    def settle(scorer, curve, widths, budget, note=None):
+        asked.append(tuple(widths))
+        return CostCurve({}, {**curve.ms_by_width, 1: 40.0, 5: 40.0, 9: 42.0}, frozenset(widths))
+
+    monkeypatch.setattr(cost, "settle", settle)
+    plain = write_public_head(tmp_path / "plain", tiny_target)
+    assert _session_shape(plain, tiny_target) == TreeShape(TREE_TOPK, 8) and asked == [(1, 5, 9)]
+    sure = {"chain": [0.5], "tree_tau": {"8": 3.5}}  # tree 14.5 against chain 23.8 ms a token: not close
+    measured = write_public_head(tmp_path / "sure", tiny_target, config_changes={"mars": {"acceptance": sure}})
+    assert _session_shape(measured, tiny_target) == TreeShape(TREE_TOPK, 8) and asked == [(1, 5, 9)]
+    monkeypatch.setattr(cost, "curve_for", lambda *args, **kwargs: CostCurve({}, EPYC.ms_by_width, frozenset({1, 5, 9})))
+    assert _session_shape(plain, tiny_target) == CHAIN and asked == [(1, 5, 9)]  # settled already: taken as it is

@@ -293,3 +293,37 @@ def test_bfloat16_without_native_instructions_claims_nothing_false(monkeypatch, 
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "slower than float32" not in lines[0] and "emulated" not in lines[0]
     assert "may be slower or faster than float32" in lines[0] and "mars profile --dtypes" in lines[0]
+
+
+def test_a_close_chain_or_tree_call_is_timed_again_once_and_cached(clock):
+    """An early head's figures on a noisy curve: chain 23.5 against tree 23.7 ms a token, within
+    SHAPE_CLOSE. The deciding widths (1, the chain's 5, the tree's 9) are timed again together,
+    SETTLE_REPEATS each, and their medians decide (here the tree), marked settled and cached."""
+    from mars_cli.decoding.acceptance import EARLY_HEAD
+    from mars_cli.decoding.tree import CHAIN, TreeShape
+
+    scorer = FakeScorer(clock, seconds=lambda width: {1: 0.040, 5: 0.040, 9: 0.042}.get(width, 0.05))
+    target = scorer.target
+    key = cost.curve_key(target.fingerprint, target.device, target.dtype, False, cost.CONTEXT_TOKENS)
+    noisy = CostCurve(key, {1: 36.2, 2: 36.7, 3: 47.5, 4: 46.0, 5: 46.0, 9: 50.7, 17: 63.3})
+    verdict = cost.shape_verdict(noisy, EARLY_HEAD)
+    assert verdict.shape == CHAIN and verdict.closeness < cost.SHAPE_CLOSE and verdict.deciding == (1, 5, 9)
+    settled = cost.settle(scorer, noisy, verdict.deciding, Budget(10.0))
+    assert sorted(set(scorer.forwards)) == [1, 5, 9]
+    assert all(scorer.forwards.count(w) == 1 + cost.SETTLE_REPEATS for w in (1, 5, 9))  # a warm-up, then timed
+    assert settled.ms_by_width[9] == pytest.approx(42.0) and settled.ms_by_width[17] == 63.3
+    assert settled.settled == {1, 5, 9} and cost.load_cached(key).settled == {1, 5, 9}
+    assert cost.shape_verdict(settled, EARLY_HEAD).shape == TreeShape(cost.TREE_TOPK, 8)
+    again = cost.curve_for(scorer, (1, 5, 9, 17))  # the next session reads the settled widths back
+    assert again.settled == {1, 5, 9} and again.ms_by_width[9] == pytest.approx(42.0)
+    scorer.forwards.clear()
+    assert cost.settle(scorer, noisy, (1, 5, 9), Budget(0.0)) is noisy and scorer.forwards == []  # budget spent
+
+
+def test_a_settling_cut_short_is_not_cached(clock):
+    scorer = FakeScorer(clock, seconds=lambda width: 1.0)
+    target = scorer.target
+    key = cost.curve_key(target.fingerprint, target.device, target.dtype, False, cost.CONTEXT_TOKENS)
+    noisy = CostCurve(key, {1: 40.0, 5: 46.0, 9: 50.0})
+    partial = cost.settle(scorer, noisy, (1, 5, 9), Budget(4.0))
+    assert partial.settled == frozenset() and cost.load_cached(key) is None  # a later run settles them

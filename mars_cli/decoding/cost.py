@@ -65,6 +65,7 @@ class CostCurve:
 
     key: dict
     ms_by_width: dict[int, float]
+    settled: frozenset[int] = frozenset()  # widths timed again, together, for a close chain-or-tree call
 
     def cost(self, width: int) -> float:
         """The measured cost at `width`; between measured widths the next wider one (a forward
@@ -84,7 +85,8 @@ class CostCurve:
 
     def to_json(self) -> str:
         return json.dumps({"schema": SCHEMA, "key": self.key,
-                           "ms_by_width": {str(w): ms for w, ms in sorted(self.ms_by_width.items())}}, indent=1)
+                           "ms_by_width": {str(w): ms for w, ms in sorted(self.ms_by_width.items())},
+                           "settled": sorted(self.settled)}, indent=1)
 
 
 MAX_TREE_TOKENS = 64
@@ -102,12 +104,65 @@ def tree_shape(curve: CostCurve, acceptance: DraftAcceptance = EARLY_HEAD) -> Tr
     on noise: on the Intel Xeon with AMX a 9-wide forward measured 1.204x and the default drafted
     chains at 1.34x plain instead of trees at 1.68x; stale acceptance figures (an early head's, until
     2026-12-02) had an AMD EPYC draft chains at 1.64x plain where 4 x 8 trees ran at 1.80x."""
+    return shape_verdict(curve, acceptance).shape
+
+
+@dataclass(frozen=True)
+class ShapeVerdict:
+    """`tree_shape`'s answer with what decided it: `closeness`, |tree / chain - 1| of their
+    milliseconds per token (inf when only one was possible), and `deciding`, the widths whose
+    costs made the call (width 1, the best chain's and the best tree's)."""
+
+    shape: TreeShape
+    closeness: float
+    deciding: tuple[int, ...]
+
+
+def shape_verdict(curve: CostCurve, acceptance: DraftAcceptance = EARLY_HEAD) -> ShapeVerdict:
+    """See `tree_shape`."""
     trees = {n: curve.ms_by_width[n + 1] / acceptance.tree(n)  # ms per token; never an extrapolated width
              for n in TREE_SIZES if n + 1 in curve.ms_by_width}
     if not trees:
-        return CHAIN
+        return ShapeVerdict(CHAIN, math.inf, ())
     size = min(trees, key=trees.get)
-    return TreeShape(TREE_TOPK, size) if trees[size] < _best_chain(curve, acceptance)[0] else CHAIN
+    chain_ms, k = _best_chain(curve, acceptance)
+    shape = TreeShape(TREE_TOPK, size) if trees[size] < chain_ms else CHAIN
+    if k == 0:  # no chain width measured: nothing to weigh the tree against
+        return ShapeVerdict(shape, math.inf, ())
+    return ShapeVerdict(shape, abs(trees[size] / chain_ms - 1), tuple(sorted({1, k + 1, size + 1})))
+
+
+# A chain-or-tree verdict closer than this (in milliseconds per token) is timed again before it
+# stands: forwards on a shared 2-core VM vary by about 15% one to the next, and on an AMD EPYC with
+# AVX512-BF16 eight curves of 5 forwards a width put a 9-wide forward at 1.05-1.33x a plain one,
+# while real decoding's tree won by 3-12% (docs/benchmarks.md).
+SHAPE_CLOSE = 0.15
+SETTLE_REPEATS = 8  # forwards of each deciding width, interleaved, when a call is close
+
+
+def settle(scorer: "TargetScorer", curve: CostCurve, widths: Sequence[int], budget: "Budget",
+           note: Callable[[str], None] | None = None) -> CostCurve:
+    """`curve` with `widths` timed again together, SETTLE_REPEATS each within `budget` (a first use
+    stays bounded), their medians replacing the old ones, marked settled and cached (unless the
+    machine is busy, or the budget ran out before every width was timed fully: a later run
+    settles them then). Nothing is measured when the budget is spent."""
+    if budget.seconds <= 0:
+        return curve
+    if note is not None:
+        note(f"the chain-or-tree choice is a close call on the measured costs; timing widths {_spans(widths)} "
+             f"again (once; at most {budget.seconds:.0f} s)")
+    busy = busy_reason()
+    started = _now()
+    with torch.inference_mode():
+        samples = _time_width_samples(scorer, widths, SETTLE_REPEATS, _now() + budget.seconds)
+    budget.seconds -= _now() - started
+    full = all(len(samples.get(w, ())) >= SETTLE_REPEATS for w in widths)
+    timed = {w: statistics.median(values) for w, values in samples.items() if values}
+    settled = curve.settled | frozenset(widths) if full else curve.settled
+    refreshed = CostCurve(curve.key, {**curve.ms_by_width, **timed}, settled)
+    if busy is None and full:
+        _save_or_note(refreshed)
+    return refreshed
 
 
 # `--dtype auto` for a session that drafts (mars_cli/dtype_choice.py) compares dtypes by what a round
@@ -333,7 +388,9 @@ def load_cached(key: dict) -> CostCurve | None:
     except ENTRY_ERRORS:
         return None
     costs = plausible({w: ms for w, ms in costs.items() if math.isfinite(ms)})
-    return CostCurve(key, costs) if costs else None
+    settled = data.get("settled", [])
+    settled = frozenset(w for w in settled if type(w) is int and w in costs) if isinstance(settled, list) else frozenset()
+    return CostCurve(key, costs, settled) if costs else None
 
 
 def write_entry(path: Path, text: str) -> Path:
@@ -439,10 +496,18 @@ def measure_curve(scorer: "TargetScorer", key: dict, widths: Sequence[int] = DEF
     `budget_s`: stop after about that many seconds (the prefill included), keeping what was
     measured (see `time_widths`); the curve may then lack some widths."""
     deadline = None if budget_s is None else _now() + budget_s
+    with torch.inference_mode():
+        samples = _time_width_samples(scorer, widths, repeats, deadline, context)
+    return CostCurve(key, {w: statistics.median(values) for w, values in samples.items()})
+
+
+def _time_width_samples(scorer: "TargetScorer", widths: Sequence[int], repeats: int, deadline: float | None,
+                        context: int = CONTEXT_TOKENS) -> dict[int, list[float]]:
+    """Each width's forwards through `scorer` in milliseconds, after `context` cached tokens of a
+    fixed pseudo-text, widths interleaved (`time_interleaved`)."""
     target = scorer.target
-    vocab = target.vocab_size
     generator = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, vocab, (context + max(widths),), generator=generator)
+    tokens = torch.randint(0, target.vocab_size, (context + max(widths),), generator=generator)
     pending = tokens[context : context + 1]
 
     def run_width(width: int) -> None:
@@ -452,9 +517,7 @@ def measure_curve(scorer: "TargetScorer", key: dict, widths: Sequence[int] = DEF
     device = target.device
     synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     scorer.start(tokens[:context])
-    with torch.inference_mode():
-        costs = time_widths(run_width, widths, repeats, synchronize, deadline)
-    return CostCurve(key, costs)
+    return time_interleaved(run_width, widths, repeats, synchronize, deadline)
 
 
 @dataclass
@@ -570,14 +633,17 @@ def curve_for(scorer: "TargetScorer", widths: Sequence[int] | None = None, *, fr
                     installed(target.model))
     wanted = sorted(set(widths or (COMPILED_WIDTHS if scorer.compiled else DEFAULT_WIDTHS)) | {1})
     have: dict[int, float] = {}
+    settled: frozenset[int] = frozenset()  # kept through: a settled width is not timed again
     if not fresh:
         have = {**(known.ms_by_width if known is not None else {})}
+        settled = known.settled if known is not None else settled
         if all(w in have for w in wanted):
-            return CostCurve(key, have)
+            return CostCurve(key, have, settled)
         cached = load_cached(key)
         have = {**(cached.ms_by_width if cached else {}), **have}
+        settled = settled | (cached.settled if cached else frozenset())
         if all(w in have for w in wanted):
-            return CostCurve(key, have)
+            return CostCurve(key, have, settled)
     waiting = (lambda: note(f"another mars process is measuring this cost curve; waiting for it "
                             f"(at most {LOCK_WAIT_S:.0f} s)")) if note is not None else None
     with EntryLock(cache_path(key), LOCK_WAIT_S, waiting) as lock:
@@ -587,14 +653,15 @@ def curve_for(scorer: "TargetScorer", widths: Sequence[int] | None = None, *, fr
         elif not fresh:  # measured by another process while this one waited?
             cached = load_cached(key)
             have = {**(cached.ms_by_width if cached else {}), **have}
+            settled = settled | (cached.settled if cached else frozenset())
         missing = [w for w in wanted if w not in have]
         if not missing:
-            return CostCurve(key, have)
+            return CostCurve(key, have, settled)
         # a compiled scorer's widths are few, and each one's first forward is a compile that decoding
         # would pay anyway: no budget (one cut short would leave its chain width unmeasured for good)
         budget = Budget(math.inf) if fresh or scorer.compiled else (budget or Budget())
         if budget.seconds <= 0 and 1 in have:
-            return CostCurve(key, have)
+            return CostCurve(key, have, settled)
         if note is not None:
             limit = "" if math.isinf(budget.seconds) else f", at most {max(budget.seconds, 0):.0f} s"
             note(f"measuring the target's forward cost at widths {_spans(missing)} (once per model, device and "
@@ -604,7 +671,7 @@ def curve_for(scorer: "TargetScorer", widths: Sequence[int] | None = None, *, fr
         measured = measure_curve(scorer, key, missing, FRESH_REPEATS if fresh else FIRST_USE_REPEATS,
                                  budget_s=None if math.isinf(budget.seconds) else budget.seconds)
         budget.seconds -= _now() - started
-        curve = CostCurve(key, {**have, **measured.ms_by_width})
+        curve = CostCurve(key, {**have, **measured.ms_by_width}, settled)
         if busy is None:
             _save_or_note(curve)
         elif note is not None:
