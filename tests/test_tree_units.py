@@ -33,9 +33,33 @@ def test_grow_tree_keeps_the_best_nodes_closed_under_parents():
     for parent in set(parents):  # siblings are distinct tokens
         siblings = [int(tree.tokens[i]) for i, p in enumerate(parents) if p == parent]
         assert len(siblings) == len(set(siblings))
-    assert tree.depths().tolist() == sorted(tree.depths().tolist())
+    # depth first: every node's descendants follow it at once, so the preferred path is a prefix
+    for node in range(tree.size):
+        below = [i for i in range(tree.size) if node in _ancestors(parents, i)]
+        assert below == list(range(node + 1, node + 1 + len(below)))
+    first = tree.first_branch()
+    assert tree.tokens[: first.size].tolist() == first.tokens.tolist()
     # topk 1 is a chain
     assert grow_tree(root, expand, topk=1, depth=4, total=4).is_chain()
+
+
+def _ancestors(parents: list[int], node: int) -> set[int]:
+    found = set()
+    while parents[node] >= 0:
+        node = parents[node]
+        found.add(node)
+    return found
+
+
+def test_cut_tree_numbers_depth_first_with_the_best_child_first():
+    # a (-0.1) and b (-0.5) under the root; c (-0.3) and d (-0.2) under a; e (-0.9) under b
+    tokens, parents = torch.tensor([10, 11, 12, 13, 14]), torch.tensor([-1, -1, 0, 0, 1])
+    scores, depths = torch.tensor([-0.1, -0.5, -0.3, -0.2, -0.9]), torch.tensor([1, 1, 2, 2, 2])
+    tree = cut_tree(tokens, parents, scores, depths, total=5)
+    assert tree.tokens.tolist() == [10, 13, 12, 11, 14]  # a, d, c, b, e
+    assert tree.parents.tolist() == [-1, 0, 0, -1, 3]
+    cut = cut_tree(tokens, parents, scores, depths, total=3)  # the three best: a, d, c
+    assert cut.tokens.tolist() == [10, 13, 12] and cut.parents.tolist() == [-1, 0, 0]
 
 
 def test_cut_tree_prefers_the_shallower_node_on_ties():

@@ -29,7 +29,8 @@ from bench_decoding import PROMPTS  # noqa: E402  (the decoding benchmark's prom
 
 # `default`: what `mars generate` does with no flags (its drafter, draft shape and length from the cost model)
 METHODS = {"plain": {"draft": "none"}, "ngram-strict": {"draft": "ngram", "verify": "strict"},
-           "default": {"draft": "auto", "num_draft": "auto"}}
+           "default": {"draft": "auto", "num_draft": "auto"},
+           "default-mars": {"draft": "auto", "num_draft": "auto", "verify": "mars"}}  # at the shipped profile
 
 
 def extract(revision: str, into: Path) -> str:

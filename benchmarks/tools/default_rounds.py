@@ -8,6 +8,7 @@ round that does not draft still pays.
 
     python benchmarks/tools/default_rounds.py --dtype bfloat16
     python benchmarks/tools/default_rounds.py --dtype bfloat16 --chooser-off --limit 6 --repeats 2
+    python benchmarks/tools/default_rounds.py --dtype bfloat16 --verify mars   # the default with MARS
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--verify", default="strict", choices=("strict", "mars"),
+                        help="the drafting session's rule (mars: at the shipped profile's threshold)")
     parser.add_argument("--chooser-off", action="store_true", help="the default never drafts (no probes)")
     parser.add_argument("--verbose", action="store_true", help="one line per prompt and method")
     args = parser.parse_args()
 
     plain = Session(DecodingOptions.of(dtype=args.dtype, draft="none", max_new_tokens=args.max_new_tokens))
     default = Session(DecodingOptions.of(dtype=args.dtype, draft="auto", num_draft="auto",
-                                         max_new_tokens=args.max_new_tokens), target=plain.target)
+                                         verify=args.verify, max_new_tokens=args.max_new_tokens), target=plain.target)
     chooser = default.draft_length()
     if args.chooser_off and chooser is not None:
         chooser.PROBE_EVERY = 10 ** 9  # never due
@@ -41,7 +44,7 @@ def main() -> None:
     prompts = [default.encode(sample.turns[0]) for suite in args.suites.split(",")
                for sample in load_suite(suite).samples[: args.limit]]
     sessions = {"plain": plain, "default": default}
-    totals = {name: {"wall": 0.0, "tokens": 0, "rounds": 0, "phases": {}} for name in sessions}
+    totals = {name: {"wall": 0.0, "tokens": 0, "rounds": 0, "levels": 0, "phases": {}} for name in sessions}
     per_round: dict[str, list[float]] = {name: [] for name in sessions}
     for repeat in range(args.repeats):
         for index, prompt in enumerate(prompts):
@@ -52,6 +55,7 @@ def main() -> None:
                 total["wall"] += stats.wall_s
                 total["tokens"] += stats.new_tokens
                 total["rounds"] += stats.rounds
+                total["levels"] += sum(stats.drafted_at)  # each round's tree depth
                 for phase, seconds in stats.phase_s.items():
                     total["phases"][phase] = total["phases"].get(phase, 0.0) + seconds
                 per_round[name].append(1000 * stats.wall_s / stats.rounds)
@@ -61,7 +65,8 @@ def main() -> None:
     for name, total in totals.items():
         phases = {phase: round(1000 * seconds / total["rounds"], 2) for phase, seconds in total["phases"].items()}
         print(f"{name}: {total['tokens'] / total['wall']:.2f} tok/s, {1000 * total['wall'] / total['rounds']:.2f} "
-              f"ms a round over {total['rounds']} rounds; ms a round by phase {phases}")
+              f"ms a round over {total['rounds']} rounds (mean depth {total['levels'] / total['rounds']:.2f}); "
+              f"ms a round by phase {phases}")
     rate = {name: t["tokens"] / t["wall"] for name, t in totals.items()}
     pairs = [b / a for a, b in zip(per_round["plain"], per_round["default"])]
     print(f"default vs plain: {rate['default'] / rate['plain']:.3f}x tokens/s; a round costs "

@@ -82,16 +82,21 @@ def _keep(cache: "KVCache | StaticKVCache", indices: Sequence[int] | torch.Tenso
     if prefix < count:
         if not bool((indices[1:] > indices[:-1]).all()) or int(indices[-1]) >= len(cache):
             raise ValueError("keep: indices must be ascending positions inside the cache")
-        sources, destinations = indices[prefix:], torch.arange(prefix, count)
+        sources = indices[prefix:]  # kept rows past the prefix; they land on rows prefix .. count - 1
+        gathers: dict[tuple[int, torch.device], torch.Tensor] = {}  # one index per storage offset and device
         for layer in cache.cache.layers:
             if getattr(layer, "keys", None) is None or getattr(layer, "values", None) is None:
                 raise CacheGatherUnsupported(f"cannot gather rows of a {type(layer).__name__} cache layer")
             offset = cache._row_offset(layer)
-            move = destinations >= offset  # rows before a sliding window's storage are never read again
-            source = (sources[move] - offset).to(layer.keys.device)
-            destination = (destinations[move] - offset).to(layer.keys.device)
-            layer.keys[..., destination, :] = layer.keys[..., source, :]
-            layer.values[..., destination, :] = layer.values[..., source, :]
+            first = max(prefix, offset)  # rows before a sliding window's storage are never read again
+            if first >= count:
+                continue
+            key = (offset, layer.keys.device)
+            if key not in gathers:
+                gathers[key] = (sources[first - prefix :] - offset).to(layer.keys.device)
+            source, rows = gathers[key], slice(first - offset, count - offset)
+            layer.keys[..., rows, :] = layer.keys.index_select(-2, source)  # a copy first: rows may overlap
+            layer.values[..., rows, :] = layer.values.index_select(-2, source)
     cache.truncate(count)
 
 

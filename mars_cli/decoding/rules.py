@@ -41,11 +41,13 @@ MARGIN_MEASURES: tuple[str, ...] = ("logit-ratio", "prob-ratio")
 
 # --------------------------------------------------------------------------- margins
 def top_two(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(top1 ids, top2 ids, z1, z2) per row. top1 is argmax (the greedy choice, first index on
-    ties); top2 is the best of the rest, so a tie for first place gives z1 == z2."""
+    """(top1 ids, top2 ids, z1, z2) per row, z1 and z2 in float32 whatever the logits' dtype
+    (exact: a wider float holds every bfloat16 or float16 value). top1 is argmax (the greedy
+    choice, first index on ties); top2 is the best of the rest, so a tie for first place gives
+    z1 == z2."""
     z1, top1 = logits.max(dim=-1)  # one pass for both (argmax, then a gather, took two)
     z2, top2 = logits.scatter(-1, top1[:, None], float("-inf")).max(dim=-1)
-    return top1, top2, z1, z2
+    return top1, top2, z1.float(), z2.float()
 
 
 def top_two_values(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

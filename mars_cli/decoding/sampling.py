@@ -28,6 +28,12 @@ class SamplingParams:
         """T = 0, or a temperature too small to divide by (see GREEDY_BELOW)."""
         return self.temperature < GREEDY_BELOW
 
+    @property
+    def order_only(self) -> bool:
+        """Greedy with no top-k or top-p: every decision reads only the logits' order and top
+        values, which any dtype holds exactly (no float32 copy of a [rows, V] tensor needed)."""
+        return self.greedy and not self.top_k and self.top_p >= 1.0
+
 
 def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Apply temperature, top-k and top-p to logits [..., V]; masked entries become -inf.

@@ -258,14 +258,25 @@ class FrontierRows:
 
 def cut_tree(tokens: torch.Tensor, parents: torch.Tensor, scores: torch.Tensor, depths: torch.Tensor,
              total: int) -> DraftTree:
-    """The `total` best candidates (score, then shallower first), renumbered in topological
-    order (by depth, then score): parents map to their new indices."""
+    """The `total` best candidates (score, then shallower first), renumbered depth first with
+    each node's children in score order: the drafter's preferred path is nodes 0, 1, 2, ..., so
+    when the target accepts along it the kept rows are a prefix, and the target's cache is cut
+    rather than gathered. Parents come before their children, and siblings keep their order."""
     score, depth, parent_of = scores.float().tolist(), depths.tolist(), parents.tolist()  # one transfer
     order = sorted(range(len(score)), key=lambda i: (-score[i], depth[i], i))
-    kept = sorted(order[: min(total, len(score))], key=lambda i: (depth[i], -score[i], i))
-    renumber = {old: new for new, old in enumerate(kept)}
-    if any(parent_of[i] >= 0 and parent_of[i] not in renumber for i in kept):
+    best = order[: min(total, len(score))]
+    chosen = set(best)
+    if any(parent_of[i] >= 0 and parent_of[i] not in chosen for i in best):
         raise ValueError("cut_tree: a kept node's parent was cut")  # impossible with monotone scores
+    children: dict[int, list[int]] = {}
+    for i in sorted(best, key=lambda i: (-score[i], i)):  # each parent's children, best first
+        children.setdefault(parent_of[i], []).append(i)
+    kept, stack = [], children.get(-1, [])[::-1]
+    while stack:  # depth first, the best child first
+        node = stack.pop()
+        kept.append(node)
+        stack.extend(children.get(node, [])[::-1])
+    renumber = {old: new for new, old in enumerate(kept)}
     new_parents = [-1 if parent_of[i] < 0 else renumber[parent_of[i]] for i in kept]
     index = torch.tensor(kept, dtype=torch.long, device=tokens.device)
     return DraftTree(tokens[index], torch.tensor(new_parents, dtype=torch.long))

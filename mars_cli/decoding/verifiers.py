@@ -91,7 +91,9 @@ class Verifier:
         return FloatingPointError("the target produced NaN or infinite logits; refusing to emit tokens")
 
     def _decide(self, logits: torch.Tensor, batch: DraftBatch, generator: torch.Generator | None) -> _Decided:
-        processed = process_logits(logits, self.sampling)
+        # greedy rules read the order and the top two values only: the logits as they come (a
+        # float32 copy of [rows, V] bfloat16 logits cost more than the rule itself)
+        processed = logits if self.sampling.order_only else process_logits(logits, self.sampling)
         mars = self.rule == "mars"
         low = margins = in_top_two = None
         if self.sampling.greedy and not mars:  # the argmax is all strict greedy needs: one pass with the max
