@@ -101,17 +101,20 @@ def main() -> None:
         wall = sum(s["wall_s"] for s in summaries)
         outside = sum(s["wall_s"] - s["time_s"]["target"] - s["time_s"]["draft"] - s["time_s"]["prefill"]
                       for s in summaries)
+        rounds = sum(s["rounds"] for s in summaries)
         rows.append({"revision": args.a if label == "a" else args.b, "method": method, "tokens_per_s": tokens / wall,
+                     "tokens_per_round": tokens / rounds, "ms_per_round": 1000 * wall / rounds,
                      "loop_overhead_share": outside / wall,
                      "same_output_as_a": outputs[(label, method)] == outputs[("a", method)]})
     for method in methods:
         a, b = (next(r for r in rows if r["method"] == method and r["revision"] == rev) for rev in (args.a, args.b))
         b["speed_vs_a"] = b["tokens_per_s"] / a["tokens_per_s"]
-    print("| method | revision | tok/s | vs A | loop overhead | same output as A |")
-    print("|---|---|---|---|---|---|")
+    print("| method | revision | tok/s | vs A | tokens a round | ms a round | loop overhead | same output as A |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['method']} | {row['revision']} | {row['tokens_per_s']:.2f} | {row.get('speed_vs_a', 1.0):.3f} | "
-              f"{row['loop_overhead_share']:.2%} | {'yes' if row['same_output_as_a'] else 'no'} |")
+              f"{row['tokens_per_round']:.2f} | {row['ms_per_round']:.2f} | {row['loop_overhead_share']:.2%} | "
+              f"{'yes' if row['same_output_as_a'] else 'no'} |")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"command": " ".join(["python"] + sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
