@@ -26,7 +26,7 @@ def test_grow_tree_keeps_the_best_nodes_closed_under_parents():
         return torch.log_softmax(torch.randn(nodes.numel(), vocab), dim=-1)
 
     root = torch.log_softmax(torch.randn(vocab), dim=-1)
-    tree = grow_tree(root, expand, topk=3, depth=4, total=10)
+    tree = grow_tree(root, expand, topk=3, depth=4, total=10, stop_early=False)
     assert tree.size == 10 and calls == [3, 3, 3]
     parents = tree.parents.tolist()
     assert all(p < i for i, p in enumerate(parents))
@@ -41,6 +41,30 @@ def test_grow_tree_keeps_the_best_nodes_closed_under_parents():
     assert tree.tokens[: first.size].tolist() == first.tokens.tolist()
     # topk 1 is a chain
     assert grow_tree(root, expand, topk=1, depth=4, total=4).is_chain()
+
+
+def test_grow_tree_stops_early_only_where_the_tree_is_already_known():
+    """Stopping once no node below the frontier can enter the kept set gives the same tree, with
+    fewer drafter steps where the drafter is sure (peaked distributions) and all of them where not."""
+    stopped_somewhere = 0
+    for seed in range(40):
+        generator = torch.Generator().manual_seed(seed)
+        sharpness = 1.0 + 9.0 * (seed % 4)  # from flat to peaked: a sure drafter's deep nodes score low
+
+        def expand(nodes, tokens, parents, calls):
+            calls.append(nodes.numel())
+            return torch.log_softmax(sharpness * torch.randn(nodes.numel(), 13, generator=generator), dim=-1)
+
+        root = torch.log_softmax(sharpness * torch.randn(13, generator=torch.Generator().manual_seed(1000 + seed)), dim=-1)
+        state = generator.get_state()
+        full_calls, early_calls = [], []
+        full = grow_tree(root, lambda *a: expand(*a, full_calls), topk=4, depth=6, total=8, stop_early=False)
+        generator.set_state(state)  # the same draws for the levels both searches expand
+        early = grow_tree(root, lambda *a: expand(*a, early_calls), topk=4, depth=6, total=8, stop_early=True)
+        assert early.tokens.tolist() == full.tokens.tolist() and early.parents.tolist() == full.parents.tolist()
+        assert early_calls == full_calls[: len(early_calls)]
+        stopped_somewhere += len(early_calls) < len(full_calls)
+    assert stopped_somewhere > 0
 
 
 def _ancestors(parents: list[int], node: int) -> set[int]:
