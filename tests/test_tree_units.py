@@ -34,8 +34,9 @@ def test_grow_tree_keeps_the_best_nodes_closed_under_parents():
         siblings = [int(tree.tokens[i]) for i, p in enumerate(parents) if p == parent]
         assert len(siblings) == len(set(siblings))
     # depth first: every node's descendants follow it at once, so the preferred path is a prefix
+    sees = tree.ancestry()[1:, 1:]  # node i's row: its ancestors and itself
     for node in range(tree.size):
-        below = [i for i in range(tree.size) if node in _ancestors(parents, i)]
+        below = [i for i in range(tree.size) if i != node and bool(sees[i, node])]
         assert below == list(range(node + 1, node + 1 + len(below)))
     first = tree.first_branch()
     assert tree.tokens[: first.size].tolist() == first.tokens.tolist()
@@ -65,14 +66,6 @@ def test_grow_tree_stops_early_only_where_the_tree_is_already_known():
         assert early_calls == full_calls[: len(early_calls)]
         stopped_somewhere += len(early_calls) < len(full_calls)
     assert stopped_somewhere > 0
-
-
-def _ancestors(parents: list[int], node: int) -> set[int]:
-    found = set()
-    while parents[node] >= 0:
-        node = parents[node]
-        found.add(node)
-    return found
 
 
 def test_cut_tree_numbers_depth_first_with_the_best_child_first():

@@ -1,8 +1,8 @@
 """Where the default `mars generate` spends its rounds against plain decoding (issue 26).
 
 One loaded target, a plain session (`--draft none`) and the default (`--draft auto --num-draft
-auto`) under each `--verify` rule, the same prompts interleaved (each session first in turn); prints tokens/s, milliseconds per round by phase, the ratio, and what the
-chooser learnt. `--chooser-off` keeps the default from ever drafting (no probes either), which
+auto`) under each `--verify` rule, the same prompts interleaved (each session first in turn);
+prints tokens/s, milliseconds per round by phase, the ratios, and what each chooser learnt. `--chooser-off` keeps the default from ever drafting (no probes either), which
 measures what its plain rounds cost over a plain step: the chooser's bookkeeping, and anything a
 round that does not draft still pays.
 
@@ -45,8 +45,8 @@ def main() -> None:
                                max_new_tokens=args.max_new_tokens), target=plain.target)
     drafting = [name for name in sessions if name != "plain"]
     choosers = {name: sessions[name].draft_length() for name in drafting}
-    for chooser in choosers.values():
-        if args.chooser_off and chooser is not None:
+    for chooser in choosers.values() if args.chooser_off else ():
+        if chooser is not None:
             chooser.PROBE_EVERY = 10 ** 9  # never due
             chooser.draft_cost_ms = lambda k: 1e9  # drafting never pays: plain rounds, with all the chooser's work
     prompts = [plain.encode(sample.turns[0]) for suite in args.suites.split(",")

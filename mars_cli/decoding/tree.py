@@ -286,7 +286,7 @@ def cut_tree(tokens: torch.Tensor, parents: torch.Tensor, scores: torch.Tensor, 
     if any(parent_of[i] >= 0 and parent_of[i] not in chosen for i in best):
         raise ValueError("cut_tree: a kept node's parent was cut")  # impossible with monotone scores
     children: dict[int, list[int]] = {}
-    for i in sorted(best, key=lambda i: (-score[i], i)):  # each parent's children, best first
+    for i in best:  # in score order, so each parent's children come best first
         children.setdefault(parent_of[i], []).append(i)
     kept, stack = [], children.get(-1, [])[::-1]
     while stack:  # depth first, the best child first

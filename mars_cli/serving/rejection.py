@@ -79,7 +79,7 @@ def mars_rejection_sample(draft_token_ids: torch.Tensor, num_draft_tokens: list[
     batch = DraftBatch.of(draft_token_ids.long(), _chain_parents(counts), counts, draft_probs)
     size, rows = batch.size, batch.rows
     parent_rows = batch.parent_rows  # target row i's place among the [N + B] rows
-    top1, top2, z1, z2 = top_two(target_logits.float())
+    top1, top2, z1, z2 = top_two(target_logits)  # exact in the logits' dtype; z1, z2 come back in float32
     theta = thresholds.per_request(greedy, temperature)[batch.request]
     low = (margin(z1, z2, thresholds.measure) > theta) & torch.isfinite(z2)
 
