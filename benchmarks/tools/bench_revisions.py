@@ -30,7 +30,9 @@ from bench_decoding import PROMPTS  # noqa: E402  (the decoding benchmark's prom
 # `default`: what `mars generate` does with no flags (its drafter, draft shape and length from the cost model)
 METHODS = {"plain": {"draft": "none"}, "ngram-strict": {"draft": "ngram", "verify": "strict"},
            "default": {"draft": "auto", "num_draft": "auto"},
-           "default-mars": {"draft": "auto", "num_draft": "auto", "verify": "mars"}}  # at the shipped profile
+           "default-mars": {"draft": "auto", "num_draft": "auto", "verify": "mars"},  # at the shipped profile
+           # a fixed shape, no chooser: in float32 both revisions decode the same rounds, so only their costs differ
+           "head-tree": {"draft": "head", "num_draft": 4, "draft_topk": 4, "draft_tokens": 8}}
 
 
 def extract(revision: str, into: Path) -> str:
