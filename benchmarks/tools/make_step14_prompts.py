@@ -16,6 +16,12 @@ The same check as before drops any prompt equal to or containing an eval-suite, 
 benchmark prompt. Reproducible from the seed on the same Python version (its docs are the text).
 
     python benchmarks/tools/make_step14_prompts.py --out prompts-step14.jsonl
+    python benchmarks/tools/make_step14_prompts.py --packages numpy,pandas,networkx,sympy,matplotlib,requests,\
+        click,rich,jinja2,dateutil,hypothesis,pygments,datasets,huggingface_hub,yaml,packaging,PIL \
+        --restyled 0 --passage 500 --source 400 --seed 2031 --out prompts-step14b.jsonl
+
+With `--packages` the passages and functions come from those installed packages' files, parsed
+with `ast` (nothing imported), test folders left out.
 """
 
 from __future__ import annotations
