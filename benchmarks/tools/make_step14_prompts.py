@@ -111,6 +111,11 @@ def _paragraphs(texts: list[str]) -> list[str]:
     return found
 
 
+def _is_short_function(code: str) -> bool:
+    """A plain function (no decorator) of 6 to 30 lines: short enough to ask about as a whole."""
+    return 6 <= code.count("\n") + 1 <= 30 and len(code) <= 1200 and code.startswith("def ")
+
+
 def sources(modules: list) -> list[str]:
     """Public top-level pure-Python functions of 6 to 30 lines, dedented."""
     found = []
@@ -122,7 +127,7 @@ def sources(modules: list) -> list[str]:
                 code = textwrap.dedent(inspect.getsource(member)).strip()
             except (OSError, TypeError):
                 continue
-            if 6 <= code.count("\n") + 1 <= 30 and len(code) <= 1200 and code.startswith("def "):
+            if _is_short_function(code):
                 found.append(code)
     return found
 
@@ -158,7 +163,7 @@ def package_texts(names: list[str]) -> tuple[list[str], list[str]]:
                 for node in tree.body:
                     if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
                         code = ast.get_source_segment(source, node) or ""
-                        if 6 <= code.count("\n") + 1 <= 30 and len(code) <= 1200 and code.startswith("def "):
+                        if _is_short_function(code):
                             functions.append(code)
     return _paragraphs(docs), sorted(set(functions))
 
