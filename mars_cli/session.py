@@ -14,7 +14,8 @@ import torch
 from .head.drafter import HeadDrafter, find_head, load_head
 from .head.parts import PairHead
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
-from .decoding.loop import DecodeSettings, decode, make_generator
+from .decoding.loop import DecodeSettings, decode
+from .decoding.sampling import PositionNoise
 from .decoding.sampling import GREEDY_BELOW
 from .decoding import cost
 from .decoding.acceptance import EARLY_HEAD, DraftAcceptance
@@ -146,16 +147,14 @@ class Session:
 
     def _build_drafter(self, kind: str, head: PairHead | None, shape: TreeShape) -> Drafter:
         drafting, sampling = self.options.drafting, self.options.sampling
-        seed = None if sampling.seed is None else sampling.seed + 1
         if kind == "none":
             return NoDrafter(self.target.device)
         if kind == "ngram":
             return NgramDrafter(self.target.device, shape)
         if kind == "head":
-            return HeadDrafter(head, self.target, sampling.params, make_generator(self.target.output_device, seed),
-                               drafting.head_confidence, compile=self._compiled, shape=shape)
-        return ModelDrafter(self.draft_model, sampling.params, make_generator(self.draft_model.device, seed), shape,
-                            compile=self._compiled)
+            return HeadDrafter(head, self.target, sampling.params, drafting.head_confidence, compile=self._compiled,
+                               shape=shape)
+        return ModelDrafter(self.draft_model, sampling.params, shape, compile=self._compiled)
 
     @property
     def tree(self) -> TreeShape:
@@ -221,13 +220,11 @@ class Session:
         `settings` overrides the loop settings (profiling sweeps the draft length); `verifier`
         overrides the session's verifier (calibration's sweep varies the rule and threshold)."""
         seed = self.options.sampling.seed if seed is None else seed
-        generator = make_generator(self.target.output_device, seed)
-        if seed is not None and self.drafter.generator is not None:
-            self.drafter.generator.manual_seed(seed + 1)
+        noise = PositionNoise(seed, self.target.vocab_size, self.target.output_device)
         settings = settings or self.settings()
         draft_length = self.draft_length() if settings.adaptive_draft else None
         verifier = self.verifier if verifier is None else verifier
-        return decode(self.scorer, self.drafter, verifier, prompt_ids, settings, generator, stats, observe,
+        return decode(self.scorer, self.drafter, verifier, prompt_ids, settings, noise, stats, observe,
                       draft_length)
 
     def check_drift(self, stats: DecodeStats) -> None:

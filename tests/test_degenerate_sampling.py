@@ -18,7 +18,8 @@ from safetensors.torch import load_file, save_file
 from mars_cli import notes
 from mars_cli.cli import main
 from mars_cli.decoding.drafters import ModelDrafter
-from mars_cli.decoding.sampling import GREEDY_BELOW, SamplingParams, probabilities, process_logits, sample
+from mars_cli.decoding.sampling import (GREEDY_BELOW, PositionNoise, SamplingParams, coupled_sample, probabilities,
+                                        process_logits)
 from mars_cli.decoding.tree import DraftTree, TreeShape
 from mars_cli.decoding.verifiers import Verifier
 from mars_cli.errors import UserError
@@ -62,9 +63,11 @@ def test_temperatures_from_the_bound_up_sample_finitely(temperature):
     params = SamplingParams(temperature)
     assert not params.greedy
     logits = torch.tensor([[3.0, -2.0, 7.5, 7.0], [1e4, -1e4, 0.0, 5.0], [-1e4, -1e4, -1e4, -1e4]])
-    probs = probabilities(process_logits(logits, params))
+    processed = process_logits(logits, params)
+    probs = probabilities(processed)
     assert torch.isfinite(probs).all() and torch.allclose(probs.sum(-1), torch.ones(3))
-    sample(probs, torch.Generator().manual_seed(0))
+    drawn = coupled_sample(processed, PositionNoise(0, 4).rows([0, 1, 2], 4, "cpu"))
+    assert all(probs[row, token] > 0 for row, token in enumerate(drawn.tolist()))
 
 
 @pytest.mark.parametrize("top_p", [1e-300, 5e-324, 1e-45, 1e-9])
@@ -77,7 +80,7 @@ def test_a_top_p_that_keeps_nothing_keeps_the_top_token(top_p, temperature):
     assert kept.float().argmax(-1).tolist() == [1, processed[1].argmax().item(), processed[2].argmax().item()]
     probs = probabilities(processed)
     assert torch.isfinite(probs).all()
-    assert sample(probs, torch.Generator().manual_seed(0))[0].item() == 1
+    assert coupled_sample(processed, PositionNoise(0, 4).rows([0, 1, 2], 4, "cpu"))[0].item() == 1
 
 
 def test_top_p_still_keeps_the_nucleus():
@@ -92,7 +95,7 @@ def test_finite_logits_overflowing_at_a_small_temperature_are_not_called_nan():
     logits = torch.tensor([[1e36, -1e36, 0.0], [0.0, 1.0, 2.0]])
     verifier = Verifier("strict", sampling=SamplingParams(GREEDY_BELOW))
     with pytest.raises(FloatingPointError, match="overflow float32") as caught:
-        verifier.verify(logits, DraftTree.chain(torch.tensor([1])), torch.Generator().manual_seed(0))
+        verifier.verify(logits, DraftTree.chain(torch.tensor([1])), PositionNoise(0, 3))
     assert "NaN" not in str(caught.value)
     with pytest.raises(FloatingPointError, match="the target produced NaN"):
         verifier.verify(torch.tensor([[float("nan"), 0.0, 1.0]]), DraftTree.empty("cpu"))
@@ -154,7 +157,7 @@ def test_the_head_drafts_again_after_reset_and_notes_once(tiny_target, tmp_path,
     from mars_cli.head.drafter import HeadDrafter
 
     head = load_head(f"head:{broken_head(tmp_path / 'head', tiny_target, 'lm_head.weight', math.nan)}", tiny_target)
-    drafter = HeadDrafter(head, tiny_target, SamplingParams(0.8), torch.Generator().manual_seed(0))
+    drafter = HeadDrafter(head, tiny_target, SamplingParams(0.8))
     prompt = torch.tensor([5, 9, 12, 7, 5, 9])
     features = torch.zeros(prompt.numel() - 1, head.feature_width)
     for _ in range(2):
@@ -171,7 +174,7 @@ def test_a_nan_draft_model_stops_drafting(tiny_draft, shape, capsys):
     broken = dataclasses.replace(tiny_draft, model=copy.deepcopy(tiny_draft.model))  # the fixture stays sound
     with torch.no_grad():
         broken.model.lm_head.weight.fill_(math.nan)
-    drafter = ModelDrafter(broken, SamplingParams(0.8), torch.Generator().manual_seed(0), shape)
+    drafter = ModelDrafter(broken, SamplingParams(0.8), shape)
     drafter.reset()
     tree = drafter.propose(torch.tensor([5, 9, 12, 7, 5, 9]), 3)
     assert tree.size == 0 and drafter.failed

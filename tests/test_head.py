@@ -42,7 +42,7 @@ def target_features(target, ids: list[int]) -> torch.Tensor:
 
 
 def drafts_for(head: DraftHead, target, prompt: list[int], k: int) -> list[int]:
-    drafter = HeadDrafter(head, target, SamplingParams(0.0), None)
+    drafter = HeadDrafter(head, target, SamplingParams(0.0))
     drafter.reset()
     drafter.observe_features(target_features(target, prompt[:-1]))
     return drafter.propose(torch.tensor(prompt), k).tokens.tolist()
@@ -80,7 +80,7 @@ def test_strict_greedy_with_head_reproduces_target(tiny_target, seed):
     head = random_head(tiny_target, seed=seed)
     for k in (1, 3, 6):
         for confidence in (0.0, 0.3):
-            drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), None, confidence)
+            drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), confidence)
             assert run(tiny_target, drafter, prompt, max_new, k) == expected, (k, confidence)
 
 
@@ -93,15 +93,15 @@ def test_confidence_stops_drafting_early(tiny_target):
     drafted = {}
     for confidence in (0.0, 0.2, 0.999):
         stats = DecodeStats()
-        run(tiny_target, HeadDrafter(head, tiny_target, SamplingParams(0.0), None, confidence), prompt, 30, 4,
+        run(tiny_target, HeadDrafter(head, tiny_target, SamplingParams(0.0), confidence), prompt, 30, 4,
             stats=stats)
         drafted[confidence] = stats.drafted
     assert drafted[0.0] >= drafted[0.2] >= drafted[0.999] and drafted[0.0] > drafted[0.999]
     # what a round proposes never has a chain probability below the bar
-    drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), None, 0.2)
+    drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), 0.2)
     drafter.observe_features(target_features(tiny_target, prompt[:-1]))
     tokens = drafter.propose(torch.tensor(prompt), 4).tokens
-    reference = HeadDrafter(head, tiny_target, SamplingParams(0.0), None, 0.0)
+    reference = HeadDrafter(head, tiny_target, SamplingParams(0.0), 0.0)
     reference.observe_features(target_features(tiny_target, prompt[:-1]))
     assert tokens.tolist() == reference.propose(torch.tensor(prompt), 4).tokens.tolist()[: tokens.numel()]
 
@@ -126,15 +126,15 @@ def test_head_that_predicts_the_target_is_fully_accepted(tiny_target):
     from .test_loop import EosTarget
 
     stats = DecodeStats()
-    tokens = run(EosTarget(tiny_target, -1), HeadDrafter(oracle, tiny_target, SamplingParams(0.0), None),
+    tokens = run(EosTarget(tiny_target, -1), HeadDrafter(oracle, tiny_target, SamplingParams(0.0)),
                  prompt, 24, 4, stats=stats)
     assert tokens == expected
     assert stats.accepted == stats.drafted > 0
 
 
 def test_sampling_with_head_keeps_the_target_distribution(tiny_target):
-    """Rejection sampling with the head's q: the first token's distribution is the target's."""
-    from mars_cli.decoding.loop import make_generator
+    """Sampling with the head's q: the first token's distribution is the target's."""
+    from mars_cli.decoding.sampling import PositionNoise
 
     prompt = [5, 9, 14, 20]
     params = SamplingParams(1.0)
@@ -142,12 +142,12 @@ def test_sampling_with_head_keeps_the_target_distribution(tiny_target):
         p = torch.softmax(tiny_target.model(input_ids=torch.tensor([prompt])).logits[0, -1].float(), -1)
     subset = torch.arange(0, p.shape[0], 2)  # half the vocabulary: q is zero elsewhere
     head = random_head(tiny_target, subset)
-    generator = make_generator(torch.device("cpu"), 0)
     counts = torch.zeros_like(p)
     trials = 1500
-    drafter = HeadDrafter(head, tiny_target, params, generator)
-    for _ in range(trials):
-        tokens = run(tiny_target, drafter, prompt, 1, 3, Verifier("strict", sampling=params), generator)
+    drafter = HeadDrafter(head, tiny_target, params)
+    for trial in range(trials):
+        noise = PositionNoise(trial, tiny_target.vocab_size)
+        tokens = run(tiny_target, drafter, prompt, 1, 3, Verifier("strict", sampling=params), noise)
         counts[tokens[0]] += 1
     assert_follows(counts, p, trials)
 
@@ -285,8 +285,8 @@ def test_eagle3_training_lowers_the_loss_and_reloads_to_identical_drafts(tiny_ta
     head.save_pretrained(tmp_path / "head")
     again = load_head(f"head:{tmp_path / 'head'}", tiny_target)
     prompt = sequences[3].ids[:9]
-    first = HeadDrafter(head.eval(), tiny_target, SamplingParams(0.0), None)
-    second = HeadDrafter(again, tiny_target, SamplingParams(0.0), None)
+    first = HeadDrafter(head.eval(), tiny_target, SamplingParams(0.0))
+    second = HeadDrafter(again, tiny_target, SamplingParams(0.0))
     with torch.no_grad():
         out = tiny_target.model(input_ids=torch.tensor([prompt[:-1]]), output_hidden_states=True)
     from mars_cli.decoding.target import select_features
@@ -492,8 +492,8 @@ def test_compiled_head_drafts_what_the_eager_head_drafts(tiny_target):
         return
     head = random_head(tiny_target)
     prompt = [5, 9, 14, 20, 5, 9, 14, 20, 7]
-    eager = HeadDrafter(head, tiny_target, SamplingParams(0.0), None)
-    compiled = HeadDrafter(head, tiny_target, SamplingParams(0.0), None, compile=True)
+    eager = HeadDrafter(head, tiny_target, SamplingParams(0.0))
+    compiled = HeadDrafter(head, tiny_target, SamplingParams(0.0), compile=True)
     for k, length in ((4, 6), (6, 9)):  # another cache length: the same graph
         drafts = []
         for drafter in (eager, compiled):
@@ -505,8 +505,8 @@ def test_compiled_head_drafts_what_the_eager_head_drafts(tiny_target):
 
     shape = TreeShape(3, 10)
     trees = []
-    for drafter in (HeadDrafter(head, tiny_target, SamplingParams(0.0), None, shape=shape),
-                    compiled := HeadDrafter(head, tiny_target, SamplingParams(0.0), None, compile=True, shape=shape)):
+    for drafter in (HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=shape),
+                    compiled := HeadDrafter(head, tiny_target, SamplingParams(0.0), compile=True, shape=shape)):
         drafter.reset()  # as if a long sequence had gone before: the cache nearly full
         filler = torch.zeros(head.num_kv_heads, STATIC_HEAD_BLOCK - 8, head.head_dim)
         drafter.cache.append(filler, filler)

@@ -11,7 +11,8 @@ import torch
 from mars_cli.decoding.cost import AdaptiveDraftLength, CostCurve
 from mars_cli.decoding.tree import DraftTree
 from mars_cli.decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
-from mars_cli.decoding.loop import DecodeSettings, decode, make_generator
+from mars_cli.decoding.loop import DecodeSettings, decode
+from mars_cli.decoding.sampling import PositionNoise
 from mars_cli.decoding.sampling import SamplingParams
 from mars_cli.decoding.stats import DecodeStats
 from mars_cli.decoding.target import TargetScorer
@@ -31,10 +32,10 @@ def hf_greedy(target, prompt: list[int], max_new: int, eos: int | None = EOS_ID)
     return out[0, len(prompt):].tolist()
 
 
-def run(target, drafter, prompt, max_new, k=4, verifier=Verifier("strict"), generator=None, stats=None):
+def run(target, drafter, prompt, max_new, k=4, verifier=Verifier("strict"), noise=None, stats=None):
     tokens: list[int] = []
     scorer = TargetScorer(target, drafter.feature_layers)
-    for chunk in decode(scorer, drafter, verifier, prompt, DecodeSettings(max_new, k), generator, stats):
+    for chunk in decode(scorer, drafter, verifier, prompt, DecodeSettings(max_new, k), noise, stats):
         tokens.extend(chunk)
     return tokens
 
@@ -81,7 +82,7 @@ def test_every_drafter_reproduces_target_greedy_output(tiny_target, tiny_draft, 
         drafters = [
             NoDrafter(tiny_target.device),
             NgramDrafter(tiny_target.device),
-            ModelDrafter(tiny_draft, SamplingParams(0.0), None),
+            ModelDrafter(tiny_draft, SamplingParams(0.0)),
             ScriptedDrafter(len(prompt), expected, vocab),
             ScriptedDrafter(len(prompt), expected, vocab, always_wrong=True),
             ScriptedDrafter(len(prompt), expected, vocab, wrong_share=0.3),
@@ -192,9 +193,9 @@ def test_seeded_sampling_is_reproducible(tiny_target, tiny_draft):
     sampling = SamplingParams(0.9, top_k=20)
     outputs = []
     for _ in range(2):
-        drafter = ModelDrafter(tiny_draft, sampling, make_generator(tiny_draft.device, 6))
+        drafter = ModelDrafter(tiny_draft, sampling)
         outputs.append(run(tiny_target, drafter, [4, 5, 6], 25, verifier=Verifier("strict", sampling=sampling),
-                           generator=make_generator(tiny_target.device, 5)))
+                           noise=PositionNoise(5, tiny_target.vocab_size)))
     assert outputs[0] == outputs[1]
 
 
@@ -206,11 +207,11 @@ def test_sampled_first_token_follows_target_distribution(tiny_target, tiny_draft
     with torch.no_grad():
         p = torch.softmax(tiny_target.model(torch.tensor([prompt])).logits[0, -1].float(), -1)
     draws, counts = 1500, torch.zeros_like(p)
-    target_gen, draft_gen = make_generator(tiny_target.device, 0), make_generator(tiny_draft.device, 1)
     verifier = Verifier("strict", sampling=sampling)
-    drafter = ModelDrafter(tiny_draft, sampling, draft_gen)
-    for _ in range(draws):
-        first = run(tiny_target, drafter, prompt, 2, k=3, verifier=verifier, generator=target_gen)[0]
+    drafter = ModelDrafter(tiny_draft, sampling)
+    for draw in range(draws):
+        noise = PositionNoise(draw, tiny_target.vocab_size)
+        first = run(tiny_target, drafter, prompt, 2, k=3, verifier=verifier, noise=noise)[0]
         counts[first] += 1
     assert_follows(counts, p, draws)
 
@@ -229,7 +230,7 @@ def test_draft_model_with_other_vocabulary_is_refused(tiny_target, tiny_other_vo
 
 
 def test_model_drafter_rolls_back_its_cache(tiny_target, tiny_draft):
-    drafter = ModelDrafter(tiny_draft, SamplingParams(0.0), None)
+    drafter = ModelDrafter(tiny_draft, SamplingParams(0.0))
     history = torch.tensor([4, 5, 6, 7])
     drafter.propose(history, 4)
     assert len(drafter.cache) == 4 + 3

@@ -28,7 +28,7 @@ def test_plain_rounds_ask_no_hidden_states_and_run_no_head(tiny_target, tmp_path
     """Spies on the target's forwards (was `output_hidden_states` asked?) and on the head's steps,
     round by round, with drafting off (a steep cost curve) and a probe every 17th round."""
     head = load_head(f"head:{write_public_head(tmp_path / 'head', tiny_target, seed=1)}", tiny_target)
-    drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), None)
+    drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0))
     chooser = AdaptiveDraftLength(STEEP, max_k=3)
     monkeypatch.setattr(chooser, "PROBE_SHARE", 1.0)  # probes after PROBE_EVERY plain rounds
     monkeypatch.setattr(chooser.costs, "observe", lambda width, ms: None)  # the curve decides, not timings
@@ -106,7 +106,7 @@ def test_after_skipped_rounds_the_head_reads_the_pairs_it_was_given(tiny_target,
     head = load_head(f"head:{write_public_head(tmp_path / 'head', tiny_target, seed=2)}", tiny_target)
     ids = random_prompt(random.Random(7), len(tiny_target.tokenizer), 20)
     features = aux_features(tiny_target, ids, head)
-    drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), None)
+    drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0))
     drafter.observe_features(features[:8])  # the prefill: positions 0-7
     drafter.skip_features(5)  # five plain rounds: positions 8-12 without features
     drafter.observe_features(features[13:15])  # the round before a probe, then its kept row

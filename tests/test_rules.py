@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from mars_cli.decoding.rules import (DraftBatch, accepted_paths, first_sibling, greedy_choices, margin,
                                      sampling_choices, top_two)
-from mars_cli.decoding.sampling import SamplingParams, probabilities, process_logits
+from mars_cli.decoding.sampling import PositionNoise, SamplingParams, probabilities, process_logits
 from mars_cli.decoding.tree import DraftTree
 from mars_cli.decoding.verifiers import Verifier
 
@@ -361,7 +361,7 @@ def test_flat_layout_matches_each_tree(reqs):
 # ----------------------------------------------------------------------------- exactness over siblings
 @pytest.mark.parametrize("with_q", [True, False])
 def test_strict_sampling_over_siblings_follows_the_target(with_q):
-    """Recursive rejection over siblings is exact: 20,000 rounds of a tree with three children of
+    """Coupled sampling over siblings is exact: 20,000 rounds of a tree with three children of
     the root (drawn without replacement from q, each node's q being q with its earlier siblings
     removed; or, one-hot, chosen by a fixed skewed rule) and one grandchild: the first emitted
     token (the accepted child's, else the token drawn after all three were rejected) follows p."""
@@ -373,10 +373,10 @@ def test_strict_sampling_over_siblings_follows_the_target(with_q):
         torch.tensor([0.05, 0.05, 0.05, 0.05, 0.4, 0.4])
     assert 0.5 * (q0 - p0).abs().sum() > 0.15  # accepting the first sibling would fail the test
     parents = torch.tensor([-1, -1, -1, 0]).repeat(per_batch)
-    drafts_generator, generator = torch.Generator().manual_seed(11), torch.Generator().manual_seed(12)
+    drafts_generator = torch.Generator().manual_seed(11)
     verifier = Verifier("strict", sampling=SamplingParams(1.0))
     firsts = []
-    for _ in range(draws // per_batch):
+    for round_index in range(draws // per_batch):
         children = torch.multinomial(q0.expand(per_batch, vocab), 3, replacement=False, generator=drafts_generator)
         grandchild = torch.randint(vocab, (per_batch, 1), generator=drafts_generator)
         tokens = torch.cat([children, grandchild], dim=1)  # [per_batch, 4]
@@ -390,7 +390,8 @@ def test_strict_sampling_over_siblings_follows_the_target(with_q):
             q = torch.cat([sibling_q, torch.nn.functional.one_hot(grandchild, vocab).float()], dim=1)
             q = q.reshape(-1, vocab)
         batch = DraftBatch.of(tokens.reshape(-1), parents, [4] * per_batch, q)
-        verdicts = verifier.verify_batch(target_logits.repeat(per_batch, 1), batch, generator)
+        noises = [PositionNoise(12_000_000 + round_index * per_batch + r, vocab) for r in range(per_batch)]
+        verdicts = verifier.verify_batch(target_logits.repeat(per_batch, 1), batch, noises, [0] * per_batch)
         for r, verdict in enumerate(verdicts):
             firsts.append(tokens[r, verdict.accepted_positions[0]].item() if verdict.accepted_positions
                           else verdict.next_token)

@@ -1,7 +1,8 @@
 """MARS as the vLLM plugin computes it (mars_cli/serving/rejection.py), without an engine: on
-random batches in vLLM's layout its decisions equal our own verifier's, request by request; its
-output tensor has vLLM's shape and placeholders; at theta 1 sampling keeps the target's
-distribution."""
+random batches in vLLM's layout its greedy decisions equal our own verifier's, and its sampling
+decisions (vLLM's rejection sampling with vLLM's uniforms, not our loop's coupled noise) equal
+the pure rules' (rules.sampling_choices), request by request; its output tensor has vLLM's shape
+and placeholders; at theta 1 sampling keeps the target's distribution."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mars_cli.calibration.profiles import threshold_at_temperature
-from mars_cli.decoding.sampling import SamplingParams
+from mars_cli.decoding.rules import (DraftBatch, accepted_paths, examined_rows, first_sibling, margin,
+                                     sampling_choices, top_two)
+from mars_cli.decoding.sampling import SamplingParams, probabilities, process_logits
 from mars_cli.decoding.tree import DraftTree
 from mars_cli.decoding.verifiers import Verifier
 from mars_cli.serving.rejection import PLACEHOLDER, Thresholds, mars_rejection_sample
@@ -69,10 +72,10 @@ def test_greedy_decisions_equal_our_verifier_request_by_request(seed, counts, th
 @given(seed=st.integers(0, 10_000), counts=st.lists(st.integers(0, 4), min_size=1, max_size=5),
        theta=st.sampled_from([0.9, 1.0]), measure=st.sampled_from(["logit-ratio", "prob-ratio"]),
        temperature=st.sampled_from([0.5, 1.0]), draft_q=st.booleans())
-def test_sampling_decisions_equal_our_verifier_for_the_same_uniforms(seed, counts, theta, measure, temperature,
-                                                                     draft_q):
-    """Each request's uniforms are the first draws of a generator seeded per request, as our verifier
-    draws them; vLLM's logits arrive divided by T and the theta on the raw scale is converted."""
+def test_sampling_decisions_equal_the_rejection_rule_for_the_same_uniforms(seed, counts, theta, measure,
+                                                                            temperature, draft_q):
+    """Each request's uniforms are the first draws of a generator seeded per request; vLLM's logits
+    arrive divided by T and the theta on the raw scale is converted."""
     requests = random_batch(seed, counts)
     tokens, num, target, bonus = vllm_inputs(requests)
     q = torch.softmax(torch.randn(tokens.numel(), VOCAB, generator=torch.Generator().manual_seed(seed)), -1) \
@@ -82,17 +85,31 @@ def test_sampling_decisions_equal_our_verifier_for_the_same_uniforms(seed, count
     outcome = mars_rejection_sample(tokens, num, target / temperature, bonus, q, greedy,
                                     Thresholds(measure, 0.5, theta), torch.full((len(counts),), temperature),
                                     uniforms)
-    verifier = Verifier("mars", threshold_at_temperature(theta, measure, temperature), measure,  # type: ignore[arg-type]
-                        SamplingParams(temperature))
+    raw_theta = threshold_at_temperature(theta, measure, temperature)
     start = 0
     for b, (drafts, logits) in enumerate(requests):
         tree = DraftTree.chain(drafts.long(), None if q is None else q[start : start + drafts.numel()])
-        verdict = verifier.verify(logits, tree, torch.Generator().manual_seed(seed + b))
-        accepted = len(verdict.accepted_positions)
+        own_uniforms = torch.rand(drafts.numel(), generator=torch.Generator().manual_seed(seed + b))
+        accepted, relaxed, low = rejection_reference(logits, tree, own_uniforms, raw_theta, measure, temperature)
         assert emitted(outcome.output_token_ids[b])[:-1] == drafts[:accepted].tolist()
-        assert outcome.relaxed[b] == verdict.relaxed
-        assert outcome.low_margin[b] == verdict.low_margin
+        assert outcome.relaxed[b] == relaxed
+        assert outcome.low_margin[b] == low
         start += drafts.numel()
+
+
+def rejection_reference(logits: torch.Tensor, tree: DraftTree, uniforms: torch.Tensor, theta: float, measure: str,
+                        temperature: float) -> tuple[int, int, int]:
+    """(accepted, relaxed, low-margin examined rows) of one request under the pure rejection rules,
+    composed as MARS decides: margins on the processed logits, top-1 or top-2 rescued where low."""
+    batch = DraftBatch.of_trees([tree])
+    processed = process_logits(logits, SamplingParams(temperature))
+    top1, top2, z1, z2 = top_two(processed)
+    low = (margin(z1, z2, measure) > theta) & torch.isfinite(z2)  # type: ignore[arg-type]
+    in_top_two = (batch.tokens == top1[batch.parent_rows]) | (batch.tokens == top2[batch.parent_rows])
+    ok, strict, _ = sampling_choices(batch, probabilities(processed), uniforms, in_top_two, low)
+    path, _ = accepted_paths(batch, first_sibling(ok, batch.parent_rows))
+    examined = examined_rows(batch, path)
+    return int(path.sum()), int((path & ~strict).sum()), int((low & examined).sum())
 
 
 def test_a_mixed_batch_decides_each_request_by_its_own_mode():

@@ -42,7 +42,7 @@ def drafters_for(target, draft, prompt, expected):
     return [
         NoDrafter(target.device),
         NgramDrafter(target.device),
-        ModelDrafter(draft, SamplingParams(0.0), None),
+        ModelDrafter(draft, SamplingParams(0.0)),
         ScriptedDrafter(len(prompt), expected, vocab, wrong_share=0.3),  # partial acceptance, rollback
         ShortScriptedDrafter(len(prompt), expected, vocab, wrong_share=0.3),  # short drafts: padded
     ]
@@ -295,8 +295,8 @@ def test_compiled_draft_model_drafts_what_the_eager_one_drafts(tiny_target, tiny
     rng = random.Random(11)
     vocab = len(tiny_target.tokenizer)
     for shape in (TreeShape(1, 0), TreeShape(3, 8)):
-        eager = ModelDrafter(tiny_draft, SamplingParams(0.0), None, shape)
-        compiled = ModelDrafter(tiny_draft, SamplingParams(0.0), None, shape, compile=True)
+        eager = ModelDrafter(tiny_draft, SamplingParams(0.0), shape)
+        compiled = ModelDrafter(tiny_draft, SamplingParams(0.0), shape, compile=True)
         assert compiled.compiled and not eager.compiled
         for length in (5, 40, 254, 7):  # 254 outgrows the first block: a larger cache, history re-read
             history = torch.tensor(random_prompt(rng, vocab, length))
@@ -325,8 +325,8 @@ def test_a_compiled_draft_model_past_its_sliding_window_drafts_eagerly(tiny_gemm
     notes._SHOWN.clear()
     vocab = len(tiny_gemma3.tokenizer)
     history = torch.tensor(random_prompt(random.Random(4), vocab, 40))
-    eager = ModelDrafter(tiny_gemma3, SamplingParams(0.0), None)
-    compiled = ModelDrafter(tiny_gemma3, SamplingParams(0.0), None, compile=True)
+    eager = ModelDrafter(tiny_gemma3, SamplingParams(0.0))
+    compiled = ModelDrafter(tiny_gemma3, SamplingParams(0.0), compile=True)
     for length in (12, 16, 36):  # 12 + 3 drafts fit the window; 36 does not
         proposals = []
         for drafter in (eager, compiled):

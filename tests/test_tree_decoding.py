@@ -110,7 +110,7 @@ def test_head_and_ngram_trees_reproduce_the_target(tiny_target, seed):
     head = random_head(tiny_target, seed=seed)
     for topk, tokens in ((2, 5), (4, 12), (3, 20)):
         shape = TreeShape(topk, tokens)
-        drafters = [HeadDrafter(head, tiny_target, SamplingParams(0.0), None, shape=shape),
+        drafters = [HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=shape),
                     NgramDrafter(tiny_target.device, shape)]
         for drafter in drafters:
             stats = DecodeStats()
@@ -139,7 +139,7 @@ def test_draft_model_trees_reproduce_the_target(tiny_target, tiny_draft, seed):
     prompt = random_prompt(rng, vocab, 15)
     expected = hf_greedy(tiny_target, prompt, 30)
     for topk, tokens in ((2, 6), (4, 16)):
-        drafter = ModelDrafter(tiny_draft, SamplingParams(0.0), None, TreeShape(topk, tokens))
+        drafter = ModelDrafter(tiny_draft, SamplingParams(0.0), TreeShape(topk, tokens))
         stats = DecodeStats()
         assert decode_all(tiny_target, drafter, prompt, 30, Verifier("strict"), 4, tokens, stats=stats) == expected
         assert stats.tree_rounds > 0
@@ -149,8 +149,8 @@ def test_draft_model_tree_drafts_what_its_chain_drafts_first(tiny_draft):
     """The first branch of a draft model's tree at top-k 1 is its greedy chain, computed with the
     tree's mask and positions: the tree search and the masked forwards agree with plain drafting."""
     history = torch.tensor(random_prompt(random.Random(1), len(tiny_draft.tokenizer), 11))
-    chain = ModelDrafter(tiny_draft, SamplingParams(0.0), None).propose(history, 5)
-    tree_drafter = ModelDrafter(tiny_draft, SamplingParams(0.0), None, TreeShape(3, 15))
+    chain = ModelDrafter(tiny_draft, SamplingParams(0.0)).propose(history, 5)
+    tree_drafter = ModelDrafter(tiny_draft, SamplingParams(0.0), TreeShape(3, 15))
     tree = tree_drafter.propose(history, 5)
     node, path, parents = 0, [], tree.parents.tolist()
     while True:  # follow the best child (the first, by score) from the root down
@@ -199,7 +199,7 @@ def test_sampled_decoding_with_draft_model_trees_follows_the_target(tiny_target,
     first generated token, an accepted child of the root or the correction drawn after all were
     rejected, follows the target's distribution."""
     from mars_cli.decoding.drafters import ModelDrafter
-    from mars_cli.decoding.loop import make_generator
+    from mars_cli.decoding.sampling import PositionNoise
 
     from .test_loop import assert_follows
 
@@ -208,12 +208,12 @@ def test_sampled_decoding_with_draft_model_trees_follows_the_target(tiny_target,
     with torch.no_grad():
         p_first = torch.softmax(tiny_target.model(torch.tensor([prompt])).logits[0, -1].float(), -1)
     draws, counts = 1200, torch.zeros_like(p_first)
-    generator = make_generator(tiny_target.device, 0)
     verifier = Verifier("strict", sampling=sampling)
-    drafter = ModelDrafter(tiny_draft, sampling, None, TreeShape(3, 8))
+    drafter = ModelDrafter(tiny_draft, sampling, TreeShape(3, 8))
     stats = DecodeStats()
-    for _ in range(draws):
-        first = decode_all(tiny_target, drafter, prompt, 2, verifier, 3, 8, generator, stats)[0]
+    for draw in range(draws):
+        noise = PositionNoise(draw, tiny_target.vocab_size)
+        first = decode_all(tiny_target, drafter, prompt, 2, verifier, 3, 8, noise, stats)[0]
         counts[first] += 1
     assert_follows(counts, p_first, draws)
     assert stats.tree_rounds > 0
@@ -232,8 +232,8 @@ def test_every_drafter_and_shape_reproduces_the_target(tiny_target, tiny_draft, 
     for prompt in (random_prompt(rng, vocab, 9), random_prompt(rng, vocab, 23)):
         expected = hf_greedy(tiny_target, prompt, 24)
         drafters = [NoDrafter(tiny_target.device), NgramDrafter(tiny_target.device, shape),
-                    HeadDrafter(head, tiny_target, greedy, None, shape=shape),
-                    ModelDrafter(tiny_draft, greedy, None, shape)]
+                    HeadDrafter(head, tiny_target, greedy, shape=shape),
+                    ModelDrafter(tiny_draft, greedy, shape)]
         for drafter in drafters:
             for verifier in (Verifier("strict"), Verifier("mars", threshold=1.0)):
                 stats = DecodeStats()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mars_cli.decoding.drafters import NgramDrafter
-from mars_cli.decoding.sampling import SamplingParams
+from mars_cli.decoding.sampling import PositionNoise, SamplingParams
 from mars_cli.decoding.tree import DraftTree, TreeShape, ancestry, cut_tree, grow_tree, tree_from_paths
 from mars_cli.decoding.verifiers import Verifier
 
@@ -136,8 +136,8 @@ def test_sampling_on_a_tree_keeps_the_target_distribution(rule):
     generator = torch.Generator().manual_seed(1)
     draws = 8_000
     counts: Counter = Counter()
-    for _ in range(draws):
-        verdict = verifier.verify(logits, tree, generator)
+    for draw in range(draws):
+        verdict = verifier.verify(logits, tree, PositionNoise(draw, VOCAB))
         emitted = [int(tree.tokens[i]) for i in verdict.accepted_positions] + [verdict.next_token]
         if len(emitted) == 1:
             p = torch.softmax(table[(emitted[0],)], dim=-1)

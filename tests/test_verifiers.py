@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mars_cli.decoding.rules import DraftBatch, logit_ratio, prob_ratio, residual_distribution, top_two
-from mars_cli.decoding.sampling import SamplingParams, process_logits
+from mars_cli.decoding.sampling import PositionNoise, SamplingParams, process_logits
 from mars_cli.decoding.tree import DraftTree
 from mars_cli.decoding.verifiers import Verifier
 
@@ -123,9 +123,8 @@ def test_mars_sampling_never_accepts_a_masked_runner_up():
     # top-k = 1 masks the runner-up; even an absurdly permissive theta must not accept it
     sampling = SamplingParams(1.0, top_k=1)
     logits = rows([5.0, 4.99, 0], [1, 0, 0])
-    generator = torch.Generator().manual_seed(0)
-    for _ in range(50):
-        verdict = mars(1e-6, "prob-ratio", sampling).verify(logits, chain([1]), generator)
+    for trial in range(50):
+        verdict = mars(1e-6, "prob-ratio", sampling).verify(logits, chain([1]), PositionNoise(trial, 3))
         assert accepted(verdict) == 0 and verdict.next_token == 0
 
 
@@ -160,8 +159,7 @@ def test_sampling_mars_accepts_top_two_deterministically_at_low_margin():
     # the draft is the runner-up with p(x) tiny relative to q(x) = 1 (one-hot): strict rejects
     # almost always, MARS accepts always because r = 9.9/10 > 0.9
     logits = rows([10.0, 9.9, -20], [0, 0, 0])
-    generator = torch.Generator().manual_seed(1)
-    outcomes = [mars(0.9, sampling=sampling).verify(logits, chain([1]), generator) for _ in range(40)]
+    outcomes = [mars(0.9, sampling=sampling).verify(logits, chain([1]), PositionNoise(trial, 3)) for trial in range(40)]
     assert all(accepted(v) == 1 for v in outcomes)
     assert sum(v.relaxed for v in outcomes) > 0
 
@@ -169,8 +167,8 @@ def test_sampling_mars_accepts_top_two_deterministically_at_low_margin():
 def test_sampling_mars_outside_top_two_uses_strict_rule():
     sampling = SamplingParams(1.0)
     logits = rows([10.0, 9.9, 9.8, -50], [0, 0, 0, 0])
-    generator = torch.Generator().manual_seed(2)
-    outcomes = [accepted(mars(0.5, sampling=sampling).verify(logits, chain([3]), generator)) for _ in range(40)]
+    outcomes = [accepted(mars(0.5, sampling=sampling).verify(logits, chain([3]), PositionNoise(trial, 4)))
+                for trial in range(40)]
     assert outcomes == [0] * 40  # p(x) ~ e^-60: strict rejects, MARS may not rescue rank 4
 
 
@@ -187,16 +185,17 @@ def _first_tokens(verifier: Verifier, logits: torch.Tensor, q: torch.Tensor | No
     target's logits): the first emitted token of each (drafts[0] if accepted, else the next
     token), and every verdict. Drafts are drawn from q (uniformly at random for one-hot q)."""
     k, vocab = logits.shape[0] - 1, logits.shape[1]
-    drafts_generator, generator = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)
+    drafts_generator = torch.Generator().manual_seed(seed)
     firsts, verdicts = [], []
-    for _ in range(rounds // per_batch):
+    for round_index in range(rounds // per_batch):
         if q is not None:
             drafts = torch.multinomial(q, per_batch, replacement=True, generator=drafts_generator).T
         else:
             drafts = torch.randint(vocab, (per_batch, k), generator=drafts_generator)
         batch = DraftBatch.of(drafts.reshape(-1), torch.arange(-1, k - 1).repeat(per_batch), [k] * per_batch,
                               None if q is None else q.repeat(per_batch, 1))
-        round_verdicts = verifier.verify_batch(logits.repeat(per_batch, 1), batch, generator)
+        noises = [PositionNoise(seed * 1_000_003 + round_index * per_batch + r, vocab) for r in range(per_batch)]
+        round_verdicts = verifier.verify_batch(logits.repeat(per_batch, 1), batch, noises, [0] * per_batch)
         firsts += [drafts[r, 0].item() if v.accepted_positions else v.next_token for r, v in enumerate(round_verdicts)]
         verdicts += round_verdicts
     return torch.tensor(firsts), verdicts
@@ -204,10 +203,10 @@ def _first_tokens(verifier: Verifier, logits: torch.Tensor, q: torch.Tensor | No
 
 @pytest.mark.parametrize("with_q", [True, False])
 def test_strict_sampling_first_token_follows_the_target_and_unreachable_mars_equals_strict(with_q):
-    """Rejection sampling reproduces p exactly: over 20,000 rounds of a chain whose drafts come
+    """Coupled sampling reproduces p exactly: over 20,000 rounds of a chain whose drafts come
     from q (or, one-hot, are arbitrary), the first emitted token follows p within a total
     variation fixed from the sample size. MARS with a threshold nothing passes (prob-ratio <= 1)
-    decides every round exactly as strict with the same generator, so it is exact too."""
+    decides every round exactly as strict with the same noise, so it is exact too."""
     torch.manual_seed(0)
     vocab, k, draws = 5, 2, 20_000
     sampling = SamplingParams(1.0)
@@ -232,14 +231,14 @@ def test_strict_sampling_first_token_follows_the_target_and_unreachable_mars_equ
 
 
 def test_single_sequence_sampling_equals_a_batch_of_one():
-    """`verify` is `verify_batch` on the batch of one: same generator state, same verdict."""
+    """`verify` is `verify_batch` on the batch of one: same noise and position, same verdict."""
     logits = torch.randn(4, 6, generator=torch.Generator().manual_seed(5))
     q = torch.softmax(torch.randn(3, 6, generator=torch.Generator().manual_seed(6)), -1)
     tree = chain([1, 2, 3], q)
     verifier = mars(0.5, "prob-ratio", SamplingParams(0.8))
     for seed in range(20):
-        alone = verifier.verify(logits, tree, torch.Generator().manual_seed(seed))
-        (batched,) = verifier.verify_batch(logits, DraftBatch.of_trees([tree]), torch.Generator().manual_seed(seed))
+        alone = verifier.verify(logits, tree, PositionNoise(seed, 6), seed)
+        (batched,) = verifier.verify_batch(logits, DraftBatch.of_trees([tree]), [PositionNoise(seed, 6)], [seed])
         assert (alone.accepted_positions, alone.next_token, alone.relaxed, alone.examined, alone.low_margin) == \
             (batched.accepted_positions, batched.next_token, batched.relaxed, batched.examined, batched.low_margin)
         assert torch.equal(alone.margins, batched.margins)
@@ -286,8 +285,9 @@ def test_mars_with_unreachable_threshold_equals_strict_sampling(case, measure, s
     logits = logits + torch.arange(logits.shape[1]) * 1e-3
     if measure == "logit-ratio":  # positive finite logits keep r < 1
         logits = torch.where(torch.isfinite(logits), logits.abs() + 0.1, logits)
-    a = Verifier("strict", sampling=sampling).verify(logits, chain(drafts), torch.Generator().manual_seed(seed))
-    b = mars(1.0, measure, sampling).verify(logits, chain(drafts), torch.Generator().manual_seed(seed))
+    vocab = logits.shape[1]
+    a = Verifier("strict", sampling=sampling).verify(logits, chain(drafts), PositionNoise(seed, vocab))
+    b = mars(1.0, measure, sampling).verify(logits, chain(drafts), PositionNoise(seed, vocab))
     assert (a.accepted_positions, a.next_token) == (b.accepted_positions, b.next_token)
     assert b.relaxed == 0
 
@@ -319,7 +319,7 @@ def test_sampling_rules_emit_only_tokens_the_target_allows(case, theta, seed, sa
     logits, drafts = case
     processed = process_logits(logits, sampling)
     for verifier in (Verifier("strict", sampling=sampling), mars(theta, "prob-ratio", sampling)):
-        verdict = verifier.verify(logits, chain(drafts), torch.Generator().manual_seed(seed))
+        verdict = verifier.verify(logits, chain(drafts), PositionNoise(seed, logits.shape[1]))
         n = accepted(verdict)
         assert verdict.accepted_positions == list(range(n)) and 0 <= n <= drafts.shape[0]
         assert torch.isfinite(processed[n, verdict.next_token])
@@ -350,7 +350,7 @@ def test_fuzz_rules_never_emit_garbage(vocab, k, data, inject_nan, rule, measure
     processed = process_logits(logits, sampling)
     broken = bool(torch.isnan(processed).any()) or not bool(torch.isfinite(processed.max(-1).values).all())
     try:
-        verdict = verifier.verify(logits, chain(drafts), torch.Generator().manual_seed(0))
+        verdict = verifier.verify(logits, chain(drafts), PositionNoise(0, vocab))
     except FloatingPointError:
         assert broken
         return

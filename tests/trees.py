@@ -59,12 +59,12 @@ class RandomTreeDrafter(Drafter):
         return random_tree(self.rng, self.size, self.vocab, self.truth[produced:])
 
 
-def decode_all(target, drafter, prompt, max_new, verifier, k=6, tree_tokens=0, generator=None, stats=None,
+def decode_all(target, drafter, prompt, max_new, verifier, k=6, tree_tokens=0, noise=None, stats=None,
                static=False):
     tokens: list[int] = []
     scorer = TargetScorer(target, drafter.feature_layers, static_cache=static, headroom=max_new + 70)
     settings = DecodeSettings(max_new, k, tree_tokens=tree_tokens)
-    for chunk in decode(scorer, drafter, verifier, prompt, settings, generator, stats):
+    for chunk in decode(scorer, drafter, verifier, prompt, settings, noise, stats):
         tokens.extend(chunk)
     return tokens
 

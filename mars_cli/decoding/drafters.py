@@ -1,8 +1,7 @@
 """Drafters propose tokens; the target verifies them. Any drafter works with any rule.
 
 Protocol: `reset()` before a new sequence; `propose(history, depth)` returns a `DraftTree` at most
-`depth` deep (a chain is the one-branch tree: `depth` tokens), with the drafter's q per node when
-it sampled them; `commit(length)` tells the drafter that only the first `length` tokens of the
+`depth` deep (a chain is the one-branch tree: `depth` tokens); `commit(length)` tells the drafter that only the first `length` tokens of the
 history are final, so it forgets anything cached past them. A drafter's tree shape is part of its
 construction. A drafter that reads the target's features (the draft head) names the hidden-state
 layers it reads in `feature_layers`; the scorer then hands it the target's features of every
@@ -22,7 +21,7 @@ from ..notes import note
 from .kv import KVCache, StaticCacheUnsupported, StaticKVCache, compile_forward
 from .target import STATIC_BLOCK, FeatureLayers
 from .tree import CHAIN, DraftTree, FrontierRows, TreeShape, bias_from_visibility, grow_tree, pool_size, tree_from_paths
-from .sampling import SamplingParams, probabilities, process_logits, sample
+from .sampling import PositionNoise, SamplingParams, coupled_sample, probabilities, process_logits
 
 
 class Drafter(ABC):
@@ -31,7 +30,7 @@ class Drafter(ABC):
 
     name = "drafter"
     feature_layers: FeatureLayers = ()  # target hidden states read (see target.select_features)
-    generator: torch.Generator | None = None  # reseeded per sequence by Session when it samples
+    noise: PositionNoise | None = None  # the sequence's sampling noise, set by the loop when it samples
     shape: TreeShape = CHAIN
     failed: bool = False  # proposed NaN or infinite probabilities: no drafting until `reset`
 
@@ -62,13 +61,19 @@ class Drafter(ABC):
              f"sequence", once=True)
         return DraftTree.empty(device)
 
+    def draw(self, processed: torch.Tensor, position: int) -> torch.Tensor:
+        """A sampled draft for `position` of the sequence, from processed logits [V]: drawn with
+        the target's own noise there, so where q and p agree the drafter proposes the very token
+        the target draws (the chance they coincide is at least (1 - TV) / (1 + TV))."""
+        if self.noise is None:  # drafting outside the loop: noise of its own
+            self.noise = PositionNoise(None, processed.shape[-1], processed.device)
+        return coupled_sample(processed, self.noise.rows([position], processed.shape[-1], processed.device)[0])
+
     @staticmethod
-    def finite_or_flat(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(q, or all ones where q holds NaN or inf; whether q was finite, a bool on q's device).
-        torch.multinomial never sees NaN (it raises on the CPU and asserts on CUDA), and no host
-        sync is made here: the drafter reads the flags once per round."""
-        finite = torch.isfinite(q).all()
-        return torch.where(finite, q, torch.ones_like(q)), finite
+    def finite(q: torch.Tensor) -> torch.Tensor:
+        """Whether q holds no NaN or inf, a bool on q's device: no host sync here, the drafter
+        reads the flags once per round."""
+        return torch.isfinite(q).all()
 
     @staticmethod
     def finite_rows(logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,11 +168,10 @@ class ModelDrafter(Drafter):
 
     name = "model"
 
-    def __init__(self, draft: LoadedModel, sampling: SamplingParams, generator: torch.Generator | None,
-                 shape: TreeShape = CHAIN, compile: bool = False) -> None:
+    def __init__(self, draft: LoadedModel, sampling: SamplingParams, shape: TreeShape = CHAIN,
+                 compile: bool = False) -> None:
         self.draft = draft
         self.sampling = sampling
-        self.generator = generator
         self.shape = shape
         self.compiled = compile
         self._cuda_graphs = compile and draft.device.type == "cuda"
@@ -227,24 +231,22 @@ class ModelDrafter(Drafter):
         feed = history[len(self.cache) :].to(self.draft.device)[None]
         if self.shape.branches:
             return self._propose_tree(feed, depth)
-        tokens, rows, finite = [], [], []
+        tokens, finite = [], []
         for step in range(depth):
             logits = (self.cache.forward(feed).logits[0] if step == 0 else self._forward(feed))[-1]
             processed = process_logits(logits, self.sampling)
             if self.sampling.greedy:
                 token = processed.argmax(dim=-1)
             else:
-                q, ok = self.finite_or_flat(probabilities(processed))
-                token = sample(q, self.generator)
-                rows.append(q)
-                finite.append(ok)
+                finite.append(self.finite(probabilities(processed)))
+                token = self.draw(processed, history.shape[0] + step)
             tokens.append(token)
             feed = token.reshape(1, 1)
         if not tokens:
             return DraftTree.empty(self.draft.device)
         if finite and not bool(torch.stack(finite).all()):  # the round's one host sync for this check
             return self.give_up(f"draft model {self.draft.spec}", self.draft.device)
-        return DraftTree.chain(torch.stack(tokens), torch.stack(rows) if rows else None)
+        return DraftTree.chain(torch.stack(tokens))
 
     def _logprobs(self, logits: torch.Tensor, finite: list[torch.Tensor]) -> torch.Tensor:
         """Processed log-probabilities, NaN as -inf; whether they were finite appended to `finite`."""

@@ -19,6 +19,7 @@ import torch
 
 from .cost import AdaptiveDraftLength
 from .drafters import Drafter
+from .sampling import PositionNoise
 from .tree import DraftTree
 from .stats import DecodeStats, PhaseClock
 from .target import TargetScorer
@@ -37,15 +38,6 @@ class DecodeSettings:
     adaptive_draft: bool = False  # the session's cost model picks each round's length (<= num_draft)
 
 
-def make_generator(device: torch.device, seed: int | None) -> torch.Generator:
-    generator = torch.Generator(device=device)
-    if seed is None:
-        generator.seed()
-    else:
-        generator.manual_seed(seed)
-    return generator
-
-
 @torch.inference_mode()
 def decode(
     scorer: TargetScorer,
@@ -53,13 +45,15 @@ def decode(
     verifier: Verifier,
     prompt_ids: Sequence[int],
     settings: DecodeSettings,
-    generator: torch.Generator | None = None,
+    noise: PositionNoise | None = None,
     stats: DecodeStats | None = None,
     observe: Callable[[torch.Tensor], None] | None = None,
     draft_length: AdaptiveDraftLength | None = None,
 ) -> Iterator[list[int]]:
     """Yield the tokens emitted by each round; fill `stats` as it goes. `observe`, if given,
     receives the target's raw logits at the positions whose tokens were emitted ([m, V]).
+    `noise` fixes what sampling draws at each position (None: fresh noise); the drafter samples
+    with the same (`drafter.noise`), so strict verification emits what plain sampling would.
     `draft_length`, if given, picks each round's draft length (at most `settings.num_draft`)."""
     stats = stats if stats is not None else DecodeStats()
     target = scorer.target
@@ -77,6 +71,9 @@ def decode(
 
     clock = PhaseClock(target.device, settings.time_phases)
     drafter.reset()
+    if noise is None and not verifier.sampling.greedy:
+        noise = PositionNoise(None, target.vocab_size, target.output_device)
+    drafter.noise = noise
     features = scorer.start(prompt[:-1])
     if features is not None:
         drafter.observe_features(features)
@@ -108,7 +105,7 @@ def decode(
                               features=features_current)
         target_s = clock.lap("target")
 
-        verdict = verifier.verify(scored.logits, tree, generator)
+        verdict = verifier.verify(scored.logits, tree, noise, length)
         accepted = verdict.accepted_positions
         drafted = tree.tokens.tolist()
         emitted = [drafted[i] for i in accepted] + [verdict.next_token]

@@ -12,17 +12,24 @@ The rules, node by node (siblings in the drafter's order of preference):
 - strict greedy: the child equal to the target's argmax at its parent;
 - MARS greedy (the paper's Algorithm 1): also the child equal to the runner-up, at a parent
   whose margin is low, when no sibling is the argmax;
-- strict sampling: recursive rejection sampling over siblings with each node's q. The first
-  child is accepted with probability min(1, p(x)/q(x)); after a rejection the parent's target
-  becomes normalize(max(0, p - q)) and the next sibling is tested against it. The token after
-  the accepted path is drawn from the last accepted row's target after all its children were
-  rejected. With one child per parent this is the speculative sampling rule; with one-hot q
-  (proposals taken as given, as a tree search makes them) it accepts child i with probability
-  p(x_i) / (1 - the mass of the earlier siblings). Exact in distribution whenever each node
-  was drawn from its q independently of the verifier's uniforms;
-- MARS sampling (the authors' released behaviour): at a low-margin parent a child that is the
-  target's top-1 or top-2 is also accepted, with the same uniforms, so a threshold nothing
-  passes reproduces strict sampling exactly.
+- strict sampling (our loop, `coupled_choices`): every position's draw is fixed by its Gumbel
+  noise (sampling.PositionNoise): the target's token at a row is argmax(processed logits + g),
+  and a child is accepted when it is that token. Plain sampling draws the same tokens with the
+  same noise, so the output is plain sampling's token for token, whatever was drafted. For
+  proposals taken as given (trees, n-gram, greedy chains) each child is accepted with exactly
+  the probability recursive rejection sampling gives it (p(x_i) / (1 - the earlier siblings'
+  mass)); a sampling drafter draws with the same noise, so it proposes the target's draw
+  wherever q and p agree;
+- strict sampling as vLLM runs it (`sampling_choices`, for the serving plugin, with vLLM's
+  uniforms): recursive rejection sampling over siblings with each node's q. The first child is
+  accepted with probability min(1, p(x)/q(x)); after a rejection the parent's target becomes
+  normalize(max(0, p - q)) and the next sibling is tested against it; the token after the
+  accepted path is drawn from the last accepted row's target after all its children were
+  rejected. Exact in distribution whenever each node was drawn from its q independently of
+  the uniforms;
+- MARS sampling (the authors' released behaviour), under either: at a low-margin parent a child
+  that is the target's top-1 or top-2 is also accepted, so a threshold nothing passes
+  reproduces strict sampling exactly.
 """
 
 from __future__ import annotations
@@ -90,6 +97,7 @@ class DraftBatch:
     ancestors: torch.Tensor  # [N, N] bool: ancestors[i, j], node j is node i or above it
     rank_groups: tuple[torch.Tensor, ...]  # nodes that are the r-th child of their parent, r = 0, 1, ...
     counts: tuple[int, ...]  # nodes per request
+    row_depths: tuple[int, ...]  # [N + B] per row: 0 for a pending token, a node's depth (1 = the root's child)
 
     @property
     def size(self) -> int:
@@ -146,8 +154,11 @@ def _layout(parents: tuple[int, ...], counts: tuple[int, ...], device: str) -> t
     same_parent = parent_rows[:, None] == parent_rows[None, :]
     rank = (same_parent & strictly_before(len(parents), same_parent.device)).sum(dim=-1)
     groups = tuple(torch.nonzero(rank == r)[:, 0].to(device) for r in range(int(rank.max()) + 1)) if parents else ()
+    row_depths = torch.zeros(len(parents) + len(counts), dtype=torch.long)
+    row_depths[node_rows] = ancestors.sum(dim=-1)  # a node and every node above it
     return (request.to(device), node_rows.to(device), parent_rows.to(device), root_rows.to(device),
-            torch.repeat_interleave(batch, count_tensor + 1).to(device), ancestors.to(device), groups, counts)
+            torch.repeat_interleave(batch, count_tensor + 1).to(device), ancestors.to(device), groups, counts,
+            tuple(row_depths.tolist()))
 
 
 def _ancestors(parents: torch.Tensor) -> torch.Tensor:
@@ -180,6 +191,18 @@ def greedy_choices(batch: DraftBatch, top1: torch.Tensor, top2: torch.Tensor, lo
     strict_sibling = (strict[None, :] & (rows[:, None] == rows[None, :])).any(dim=-1)
     relaxed = low_margin[rows] & (batch.tokens == top2[rows]) & ~strict_sibling
     return strict | relaxed, strict
+
+
+def coupled_choices(batch: DraftBatch, sampled: torch.Tensor, in_top_two: torch.Tensor | None,
+                    low_margin: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sampling rule with coupled noise per node -> (acceptable, acceptable by the strict rule).
+    `sampled` [N + B] is the target's own draw at each row (argmax of its processed logits plus
+    that position's Gumbel noise): a child is accepted when it is that draw at its parent; under
+    MARS also when its parent is low-margin and it is the target's top-1 or top-2 (`in_top_two`)."""
+    strict = batch.tokens == sampled[batch.parent_rows]
+    if low_margin is None or in_top_two is None:
+        return strict, strict
+    return strict | (low_margin[batch.parent_rows] & in_top_two), strict
 
 
 def sampling_choices(batch: DraftBatch, p: torch.Tensor, uniforms: torch.Tensor, in_top_two: torch.Tensor | None,

@@ -6,6 +6,8 @@ sampling rule describe the same warped distribution, and the MARS margins are co
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from dataclasses import dataclass
 
 import torch
@@ -63,7 +65,56 @@ def probabilities(processed_logits: torch.Tensor) -> torch.Tensor:
     return torch.softmax(processed_logits, dim=-1)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One draw per row of probs [..., V]."""
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+class PositionNoise:
+    """Gumbel noise for each position of one sequence, fixed by a seed: the token sampled at
+    position t is argmax(processed logits + g_t) (the Gumbel-max trick: exactly a draw from the
+    softmax). Every sampler of a sequence reads the same g_t: the target in plain decoding, the
+    verifier at each draft's position, a drafter drawing its chain. Strict verification then
+    emits the very tokens plain sampling with the same seed emits, whatever was drafted and
+    however long each round's draft was (the chooser's timings cannot change the output), and a
+    drafter that samples with the same noise proposes the target's own draw where q and p agree.
+
+    Each position's noise comes from its own generator, seeded from (seed, position), so it does
+    not depend on how many numbers were drawn before it. The last few positions are kept: a
+    round's drafter and verifier read the same ones."""
+
+    KEPT = 64  # positions kept: a round reads at most depth + 1 of them
+
+    def __init__(self, seed: int | None, vocab_size: int, device: torch.device | str = "cpu") -> None:
+        self.seed = secrets.randbits(63) if seed is None else seed
+        self.vocab_size = vocab_size
+        self.device = torch.device(device)
+        self._kept: dict[int, torch.Tensor] = {}
+
+    def at(self, position: int) -> torch.Tensor:
+        """g_t [V] (float32 on the noise's device)."""
+        if position not in self._kept:
+            if len(self._kept) >= self.KEPT:
+                del self._kept[min(self._kept)]
+            generator = torch.Generator(device=self.device).manual_seed(_mix(self.seed, position))
+            uniform = torch.rand(self.vocab_size, generator=generator, device=self.device)
+            self._kept[position] = -torch.log(-torch.log(uniform.clamp_min(torch.finfo(torch.float32).tiny)))
+        return self._kept[position]
+
+    def rows(self, positions: list[int], width: int, device: torch.device | str) -> torch.Tensor:
+        """[len(positions), width]: g_t of each position, cut or padded (with -inf: a token the
+        noise's vocabulary lacks is never drawn) to a sampler's vocabulary width."""
+        noise = torch.stack([self.at(p) for p in positions]) if positions else torch.empty(0, self.vocab_size)
+        if width < self.vocab_size:
+            noise = noise[:, :width]
+        elif width > self.vocab_size:
+            noise = torch.cat([noise, noise.new_full((noise.shape[0], width - self.vocab_size), float("-inf"))], dim=1)
+        return noise.to(device)
+
+
+def _mix(seed: int, position: int) -> int:
+    """A 63-bit generator seed from (seed, position) with no simple collisions between pairs
+    (seed 1 at position 0 and seed 0 at position 1 get unrelated noise)."""
+    digest = hashlib.blake2b(f"{seed}:{position}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def coupled_sample(processed_logits: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """argmax(processed logits + Gumbel noise) per row: a draw from softmax(processed logits)
+    (masked -inf entries are never drawn), the same draw for the same noise."""
+    return (processed_logits.float() + noise.to(processed_logits.device)).argmax(dim=-1)

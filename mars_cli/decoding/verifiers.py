@@ -1,21 +1,22 @@
 """The verifier: which drafts stand, under strict or MARS verification and fixed sampling settings.
 
 The rules themselves are pure tensor functions over a flattened batch of draft trees (rules.py);
-the verifier chooses which to apply, draws the uniforms and the next token, and brings the
-outcome to the host in exactly one device->host transfer per call. The single-sequence loop
+the verifier chooses which to apply, reads the target's draws (each position's Gumbel noise,
+sampling.PositionNoise) and brings the outcome to the host in exactly one device->host transfer
+per call. The single-sequence loop
 verifies a batch of one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 import torch
 
-from .rules import (DraftBatch, accepted_paths, examined_rows, first_sibling, greedy_choices, margin, per_request,
-                    sampling_choices, top_two)
-from .sampling import SamplingParams, probabilities, process_logits
+from .rules import (DraftBatch, accepted_paths, coupled_choices, examined_rows, first_sibling, greedy_choices, margin,
+                    per_request, top_two)
+from .sampling import PositionNoise, SamplingParams, coupled_sample, process_logits
 from .tree import DraftTree
 
 Rule = Literal["strict", "mars"]
@@ -56,15 +57,19 @@ class Verifier:
     measure: Literal["logit-ratio", "prob-ratio"] = "logit-ratio"
     sampling: SamplingParams = SamplingParams()
 
-    def verify(self, logits: torch.Tensor, tree: DraftTree, generator: torch.Generator | None = None) -> Verdict:
-        """One sequence: `logits` [n + 1, V] score the pending token and the tree's n nodes."""
-        return self.verify_batch(logits, DraftBatch.of_trees([tree], logits.device), generator)[0]
+    def verify(self, logits: torch.Tensor, tree: DraftTree, noise: PositionNoise | None = None,
+               position: int = 0) -> Verdict:
+        """One sequence: `logits` [n + 1, V] score the pending token and the tree's n nodes; the
+        pending token's row draws the token at `position` of the sequence (sampling reads
+        `noise` there; None: fresh noise, as an unseeded run)."""
+        return self.verify_batch(logits, DraftBatch.of_trees([tree], logits.device), [noise], [position])[0]
 
-    def verify_batch(self, logits: torch.Tensor, batch: DraftBatch,
-                     generator: torch.Generator | None = None) -> list[Verdict]:
+    def verify_batch(self, logits: torch.Tensor, batch: DraftBatch, noises: Sequence[PositionNoise | None] = (),
+                     positions: Sequence[int] = ()) -> list[Verdict]:
         """A batch in vLLM's layout: `logits` [N + B, V], one row per request's pending token and
-        per draft, request after request. One host transfer for the whole batch."""
-        decided = self._decide(logits, batch, generator)
+        per draft, request after request; each request samples with its own noise from its own
+        position (missing: fresh noise, position 0). One host transfer for the whole batch."""
+        decided = self._decide(logits, batch, noises, positions)
         summary = torch.cat([decided.next_tokens, decided.relaxed, decided.low_margin, decided.faulty,
                              decided.path.long(), decided.examined.long()]).tolist()  # the single host sync
         b, n = batch.requests, batch.size
@@ -90,7 +95,8 @@ class Verifier:
                                       f"overflow float32; use a larger temperature (or 0 for greedy)")
         return FloatingPointError("the target produced NaN or infinite logits; refusing to emit tokens")
 
-    def _decide(self, logits: torch.Tensor, batch: DraftBatch, generator: torch.Generator | None) -> _Decided:
+    def _decide(self, logits: torch.Tensor, batch: DraftBatch, noises: Sequence[PositionNoise | None],
+                positions: Sequence[int]) -> _Decided:
         # greedy rules read the order and the top two values only: the logits as they come (a
         # float32 copy of [rows, V] bfloat16 logits cost more than the rule itself)
         processed = logits if self.sampling.order_only else process_logits(logits, self.sampling)
@@ -108,21 +114,32 @@ class Verifier:
             low = (margins > self.threshold) & torch.isfinite(z2)
         if self.sampling.greedy:
             ok, strict = greedy_choices(batch, top1, top2, low)
-        else:
-            p = probabilities(processed)
-            uniforms = torch.rand(batch.size, generator=generator, device=logits.device)
+        else:  # every row's own draw; a faulty round raises before emitting any
+            sampled = coupled_sample(processed, _noise_rows(batch, noises, positions, processed))
             if mars:
                 parent_rows = batch.parent_rows
                 in_top_two = (batch.tokens == top1[parent_rows]) | (batch.tokens == top2[parent_rows])
-            ok, strict, residual = sampling_choices(batch, p, uniforms, in_top_two, low)
+            ok, strict = coupled_choices(batch, sampled, in_top_two, low)
         path, last_rows = accepted_paths(batch, first_sibling(ok, batch.parent_rows))
-        if self.sampling.greedy:
-            next_tokens = top1[last_rows]
-        else:  # one draw per row, as every row's target is ready; the last accepted row's is taken
-            targets = residual.nan_to_num(nan=1.0).clamp_min(0.0)  # a faulty round raises before emitting
-            next_tokens = torch.multinomial(targets, 1, generator=generator)[:, 0][last_rows]
+        next_tokens = (top1 if self.sampling.greedy else sampled)[last_rows]
         examined = examined_rows(batch, path)
         no_counts = torch.zeros(batch.requests, dtype=torch.long, device=logits.device)
         return _Decided(path, next_tokens, per_request(batch, path & ~strict), examined,
                         no_counts if low is None else per_request(batch, low & examined, by_row=True),
                         per_request(batch, faulty_rows, by_row=True), margins)
+
+
+def _noise_rows(batch: DraftBatch, noises: Sequence[PositionNoise | None], positions: Sequence[int],
+                logits: torch.Tensor) -> torch.Tensor:
+    """[N + B, V]: each row's Gumbel noise, at the position its token would take (a request's
+    position plus the row's depth), from that request's noise."""
+    parts, row = [], 0
+    for request, count in enumerate(batch.counts):
+        noise = noises[request] if request < len(noises) else None
+        if noise is None:
+            noise = PositionNoise(None, logits.shape[-1], logits.device)
+        start = positions[request] if request < len(positions) else 0
+        depths = batch.row_depths[row : row + count + 1]
+        parts.append(noise.rows([start + depth for depth in depths], logits.shape[-1], logits.device))
+        row += count + 1
+    return parts[0] if len(parts) == 1 else torch.cat(parts)

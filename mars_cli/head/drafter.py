@@ -19,7 +19,7 @@ from safetensors import SafetensorError, safe_open
 from ..decoding.acceptance import DraftAcceptance
 from ..decoding.drafters import Drafter
 from ..decoding.tree import CHAIN, DraftTree, FrontierRows, TreeShape, grow_tree, pool_size
-from ..decoding.sampling import SamplingParams, probabilities, process_logits, sample
+from ..decoding.sampling import SamplingParams, probabilities, process_logits
 from ..errors import UserError
 from ..models import LoadedModel
 from ..paths import user_head_dir
@@ -165,7 +165,7 @@ class HeadDrafter(Drafter):
     name = "head"
 
     def __init__(self, head: PairHead, target: LoadedModel, sampling: SamplingParams,
-                 generator: torch.Generator | None, min_confidence: float = 0.0, compile: bool = False,
+                 min_confidence: float = 0.0, compile: bool = False,
                  shape: TreeShape = CHAIN) -> None:
         self.head = head
         self.shape = shape  # branching: draft a tree (EAGLE-2), `shape.tokens` nodes at most
@@ -180,7 +180,6 @@ class HeadDrafter(Drafter):
         self.min_confidence = min_confidence
         self.target_device = target.device
         self.sampling = sampling
-        self.generator = generator
         self.vocab_size = head.target_vocab_size
         self.vocab_ids = head.vocab_ids  # target token id of each row the head scores
         self.reset()
@@ -235,22 +234,23 @@ class HeadDrafter(Drafter):
     def commit(self, length: int) -> None:
         self.known = min(self.known, length)
 
-    def _next_token(self, feature: torch.Tensor,
-                    finite: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None, float]:
-        """(token id, q over the full vocabulary when sampling, the head's probability of the
-        token: computed only when confidence gating reads it). When sampling, whether q was
-        finite is appended to `finite` (a NaN q is replaced by a flat one, never sampled from)."""
+    def _next_token(self, feature: torch.Tensor, position: int,
+                    finite: list[torch.Tensor]) -> tuple[torch.Tensor, float]:
+        """(token id for `position` of the sequence, the head's probability of it: computed only
+        when confidence gating reads it). When sampling, the token is drawn with the target's
+        noise at `position` (Drafter.draw) and whether q was finite is appended to `finite`."""
         scores = self.head.logits(feature).float()  # q in float32 whatever the head's dtype
         gating = self.min_confidence > 0
         if self.sampling.greedy:
             best = scores.argmax()
-            return self.vocab_ids[best], None, float(torch.softmax(scores, dim=-1)[best]) if gating else 1.0
+            return self.vocab_ids[best], float(torch.softmax(scores, dim=-1)[best]) if gating else 1.0
         full = scores.new_full((self.vocab_size,), float("-inf"))
         full[self.vocab_ids] = scores
-        q, ok = self.finite_or_flat(probabilities(process_logits(full, self.sampling)))
-        finite.append(ok)
-        token = sample(q, self.generator)
-        return token, q, float(q[token]) if gating else 1.0
+        processed = process_logits(full, self.sampling)
+        q = probabilities(processed)
+        finite.append(self.finite(q))
+        token = self.draw(processed, position)
+        return token, float(q[token].nan_to_num(nan=1.0)) if gating else 1.0
 
     def _draft_step(self, fed: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor | None = None,
                     visible: torch.Tensor | None = None) -> torch.Tensor:
@@ -308,26 +308,23 @@ class HeadDrafter(Drafter):
         self.read = self.known
         if self.shape.branches:
             return self._propose_tree(feature, depth)
-        drafted, rows, finite = [], [], []
+        drafted, finite = [], []
         confidence = 1.0
         for step in range(depth):
-            token, q, probability = self._next_token(feature[0], finite)
+            token, probability = self._next_token(feature[0], history.shape[0] + step, finite)
             if not 0.0 <= probability <= 1.0:  # NaN: greedy gating read it already, free to check
                 return self.give_up(self.who, self.target_device)
             confidence *= probability
             if confidence < self.min_confidence:
                 break
             drafted.append(token)
-            if q is not None:
-                rows.append(q)
             if step + 1 < depth:
                 feature = self._draft_step(feature, token.reshape(1))
         if finite and not bool(torch.stack(finite).all()):  # the round's one host sync for this check
             return self.give_up(self.who, self.target_device)
         if not drafted:
             return DraftTree.empty(self.target_device)
-        probs = torch.stack(rows).to(self.target_device) if rows else None
-        return DraftTree.chain(torch.stack(drafted).to(self.target_device), probs)
+        return DraftTree.chain(torch.stack(drafted).to(self.target_device))
 
     def _propose_tree(self, root: torch.Tensor, depth: int) -> DraftTree:
         """EAGLE-2's dynamic tree (decoding/tree.py): `depth` levels, `shape.topk` children of the
