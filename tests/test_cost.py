@@ -308,3 +308,37 @@ def test_a_stale_width_moves_with_the_machine():
         live.observe(1, 90.0)
     assert live.cost(1) == pytest.approx(90.0)
     assert live.cost(33) == pytest.approx(120.0)  # still within the last STALE rounds
+
+
+def test_one_slow_drafting_round_early_does_not_switch_drafting_off_for_good():
+    """The first timed drafting round took 500 ms (the machine stalled) where drafting takes
+    10 ms: drafting then looks dear and the chooser decodes plainly, but it probes again after
+    PROBE_EVERY rounds, the next timing (the least of the few, then their median) shows the
+    true cost, and drafting resumes. With a mean of the timings and a probe interval scaled by
+    that cost it stayed off for the whole run."""
+    curve = CostCurve({}, {w: 40.0 + 1.0 * w for w in range(1, 17)})
+    chooser = AdaptiveDraftLength(curve, max_k=4)
+    k = chooser.choose(4)
+    assert k > 0
+    chooser.observe(k, k, 0.5)  # all accepted, but the drafting took 500 ms
+    choices = []
+    for _ in range(120):
+        k = chooser.choose(4)
+        choices.append(k)
+        if k:
+            chooser.observe(k, k - 1, 0.0025 * k)
+    assert choices[0] == 0  # dear at first sight
+    assert choices.index(next(c for c in choices if c)) <= AdaptiveDraftLength.PROBE_EVERY + 1
+    assert sum(c > 0 for c in choices[-60:]) >= 55  # drafting again: its typical time is 10 ms
+    assert chooser.typical_draft_s(4) == pytest.approx(0.01)
+
+
+def test_the_typical_drafting_time_is_the_least_of_a_few_then_their_median():
+    chooser = AdaptiveDraftLength(FLAT, max_k=4)
+    for seconds in (0.3, 0.01):
+        chooser.observe(4, 1, seconds)
+    assert chooser.typical_draft_s(4) == pytest.approx(0.01)
+    assert chooser.draft_cost_ms(4) == pytest.approx(10.0)
+    chooser.observe(4, 1, 0.02)
+    assert chooser.typical_draft_s(4) == pytest.approx(0.02)  # the median of 0.3, 0.01, 0.02
+    assert chooser.draft_s == pytest.approx(0.33)  # the totals still count every round

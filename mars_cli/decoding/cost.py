@@ -779,13 +779,21 @@ class AdaptiveDraftLength:
     a draft head the target's features.
     Forward costs come from `LiveCosts`: the rounds' own timings, the cached curve until then.
     `lengths`, when given, are the only draft lengths allowed (a compiled scorer has a graph for
-    a few widths only); 0 is always allowed."""
+    a few widths only); 0 is always allowed.
+
+    Drafting times are read robustly (`typical_draft_s`): one round slowed by the machine (another
+    process, a page fault) early in a sequence must not make drafting look dear for good. With a
+    plain mean of one or two rounds it did: the probe interval, scaled by that cost, then kept
+    drafting off for a whole run (3 drafting rounds of 1,251 on an AMD EPYC, 0.95x plain). So
+    until DRAFT_TIMED rounds of drafting were timed, probes come every PROBE_EVERY plain rounds."""
 
     PRIOR_RATE = 0.6
     PRIOR_WEIGHT = 2.0
     PROBE_EVERY = 16  # plain rounds between probes, at least
     PROBE_SHARE = 0.005  # what probing may cost, as a share of decoding time, while drafting is off
     FEATURE_LEAD = 8  # plain rounds before a probe that hand the drafter features (docs/head.md)
+    DRAFT_TIMED = 3  # drafting timings of a length before their median is taken (the least until then)
+    DRAFT_KEEP = 32  # the recent drafting timings kept per length
 
     def __init__(self, curve: CostCurve, max_k: int, lengths: Sequence[int] | None = None,
                  width: Callable[[int], int] | None = None) -> None:
@@ -797,6 +805,7 @@ class AdaptiveDraftLength:
         self.examined = [0] * max_k  # rounds whose draft position i was looked at
         self.accepted = [0] * max_k  # ... and accepted
         self.time_by_k: dict[int, list[float]] = {}  # k -> [seconds drafting, rounds]
+        self.recent_draft_s: dict[int, deque[float]] = {}  # k -> the last DRAFT_KEEP rounds' drafting seconds
         self.rounds_without_draft = 0
         self.proposed_rounds = 0  # rounds asked for a draft that got one
         self.empty_rounds = 0  # ... that got none
@@ -821,22 +830,31 @@ class AdaptiveDraftLength:
 
     def draft_cost_ms(self, k: int) -> float:
         """Measured drafting time of a k-token round: a fixed part (a head reads the round's true
-        pairs whatever k is) plus a part per token, fitted by least squares over the lengths seen;
-        with one length seen, proportional to k. Charging the fixed part per token instead would
-        make long drafts look dearer than they are, and the chooser would shorten them for good."""
-        points = [(length, seconds / count, count) for length, (seconds, count) in self.time_by_k.items()]
+        pairs whatever k is) plus a part per token, fitted by least squares over the lengths timed
+        DRAFT_TIMED times; with one such length, proportional to k; with none yet, at the least
+        cost per token seen (one stalled round at a length must not price that length out before
+        it is timed again). Charging the fixed part per token would make long drafts look dearer
+        than they are, and the chooser would shorten them for good."""
+        points = [(length, self.typical_draft_s(length), count) for length, (_, count) in self.time_by_k.items()]
+        known = [point for point in points if len(self.recent_draft_s[point[0]]) >= self.DRAFT_TIMED]
         if not points:
             return 0.0
-        if len(points) == 1:
-            length, seconds, _ = points[0]
-            return 1000 * seconds * k / length
-        total = sum(w for _, _, w in points)
-        mean_k = sum(x * w for x, _, w in points) / total
-        mean_t = sum(t * w for _, t, w in points) / total
-        spread = sum(w * (x - mean_k) ** 2 for x, _, w in points)
-        per_token = max(0.0, sum(w * (x - mean_k) * (t - mean_t) for x, t, w in points) / spread)
+        if len(known) < 2:
+            return 1000 * k * min(seconds / length for length, seconds, _ in known or points)
+        total = sum(w for _, _, w in known)
+        mean_k = sum(x * w for x, _, w in known) / total
+        mean_t = sum(t * w for _, t, w in known) / total
+        spread = sum(w * (x - mean_k) ** 2 for x, _, w in known)
+        per_token = max(0.0, sum(w * (x - mean_k) * (t - mean_t) for x, t, w in known) / spread)
         fixed = max(0.0, mean_t - per_token * mean_k)
         return 1000 * (fixed + per_token * k)
+
+    def typical_draft_s(self, k: int) -> float:
+        """What drafting k tokens takes, in seconds: the median of the recent rounds once
+        DRAFT_TIMED were timed; before that the least of them, since a timing is only ever
+        lengthened by interference, never shortened."""
+        samples = self.recent_draft_s[k]
+        return statistics.median(samples) if len(samples) >= self.DRAFT_TIMED else min(samples)
 
     def propose_rate(self) -> float:
         """P(the drafter proposes something | asked), smoothed towards proposing."""
@@ -890,7 +908,10 @@ class AdaptiveDraftLength:
 
     def probe_interval(self, k: int) -> int:
         """Plain rounds between probes of length k: at least PROBE_EVERY, and as many as keep the
-        probes' extra cost over a plain step within PROBE_SHARE of the time spent decoding."""
+        probes' extra cost over a plain step within PROBE_SHARE of the time spent decoding; every
+        PROBE_EVERY while only one or two drafting rounds were timed (their cost is a guess)."""
+        if 0 < sum(count for _, count in self.time_by_k.values()) < self.DRAFT_TIMED:
+            return self.PROBE_EVERY
         fed = k + 1 if self.width is None else self.width(k)
         plain = self.costs.cost(1)
         extra = self.costs.cost(fed) + self.draft_cost_ms(k) - plain
@@ -926,3 +947,4 @@ class AdaptiveDraftLength:
             entry = self.time_by_k.setdefault(length, [0.0, 0])
             entry[0] += draft_s
             entry[1] += 1
+            self.recent_draft_s.setdefault(length, deque(maxlen=self.DRAFT_KEEP)).append(draft_s)
