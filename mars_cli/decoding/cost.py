@@ -806,6 +806,7 @@ class AdaptiveDraftLength:
         self.accepted = [0] * max_k  # ... and accepted
         self.time_by_k: dict[int, list[float]] = {}  # k -> [seconds drafting, rounds]
         self.recent_draft_s: dict[int, deque[float]] = {}  # k -> the last DRAFT_KEEP rounds' drafting seconds
+        self._typical: dict[int, float] = {}  # read many times a round: worked out once per timing
         self.rounds_without_draft = 0
         self.proposed_rounds = 0  # rounds asked for a draft that got one
         self.empty_rounds = 0  # ... that got none
@@ -853,8 +854,10 @@ class AdaptiveDraftLength:
         """What drafting k tokens takes, in seconds: the median of the recent rounds once
         DRAFT_TIMED were timed; before that the least of them, since a timing is only ever
         lengthened by interference, never shortened."""
-        samples = self.recent_draft_s[k]
-        return statistics.median(samples) if len(samples) >= self.DRAFT_TIMED else min(samples)
+        if k not in self._typical:
+            samples = self.recent_draft_s[k]
+            self._typical[k] = statistics.median(samples) if len(samples) >= self.DRAFT_TIMED else min(samples)
+        return self._typical[k]
 
     def propose_rate(self) -> float:
         """P(the drafter proposes something | asked), smoothed towards proposing."""
@@ -948,3 +951,4 @@ class AdaptiveDraftLength:
             entry[0] += draft_s
             entry[1] += 1
             self.recent_draft_s.setdefault(length, deque(maxlen=self.DRAFT_KEEP)).append(draft_s)
+            self._typical.pop(length, None)
