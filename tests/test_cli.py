@@ -51,6 +51,16 @@ def test_same_seed_same_output(capsys, tiny_dir):
     assert first == second
 
 
+def test_seeded_sampling_is_plain_sampling_whatever_drafts(capsys, tiny_dir):
+    """`--seed` fixes what is sampled at each position: strict verification with n-gram drafts, chains
+    of any length or the adaptive length emits exactly the tokens `--draft none` samples."""
+    args = ["generate", "seeded", "--target", str(tiny_dir), "-n", "24", "--temperature", "0.9", "--top-k", "30",
+            "--json", "--device", "cpu", "--seed", "11"]
+    plain = json.loads(run_cli(capsys, *args, "--draft", "none")[1])["token_ids"]
+    for drafting in (["--draft", "ngram"], ["--draft", "ngram", "-k", "2"], ["--draft", "ngram", "--num-draft", "auto"]):
+        assert json.loads(run_cli(capsys, *args, *drafting)[1])["token_ids"] == plain, drafting
+
+
 def test_stats_table_is_printed(capsys, tiny_dir):
     code, _, err = run_cli(capsys, "generate", "abc", "--target", str(tiny_dir), "-n", "5",
                            "--stats", "--verify", "mars", "--draft", "ngram", "--device", "cpu")
