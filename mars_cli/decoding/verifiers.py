@@ -3,8 +3,7 @@
 The rules themselves are pure tensor functions over a flattened batch of draft trees (rules.py);
 the verifier chooses which to apply, reads the target's draws (each position's Gumbel noise,
 sampling.PositionNoise) and brings the outcome to the host in exactly one device->host transfer
-per call. The single-sequence loop
-verifies a batch of one.
+per call. The single-sequence loop verifies a batch of one.
 """
 
 from __future__ import annotations
