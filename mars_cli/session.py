@@ -15,8 +15,7 @@ from .head.drafter import HeadDrafter, find_head, load_head
 from .head.parts import PairHead
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from .decoding.loop import DecodeSettings, decode
-from .decoding.sampling import PositionNoise
-from .decoding.sampling import GREEDY_BELOW
+from .decoding.sampling import GREEDY_BELOW, PositionNoise
 from .decoding import cost
 from .decoding.acceptance import EARLY_HEAD, DraftAcceptance
 from .decoding.cost import AdaptiveDraftLength

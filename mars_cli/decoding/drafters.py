@@ -1,12 +1,13 @@
 """Drafters propose tokens; the target verifies them. Any drafter works with any rule.
 
 Protocol: `reset()` before a new sequence; `propose(history, depth)` returns a `DraftTree` at most
-`depth` deep (a chain is the one-branch tree: `depth` tokens); `commit(length)` tells the drafter that only the first `length` tokens of the
-history are final, so it forgets anything cached past them. A drafter's tree shape is part of its
-construction. A drafter that reads the target's features (the draft head) names the hidden-state
-layers it reads in `feature_layers`; the scorer then hands it the target's features of every
-position that enters the target's cache, from the forward passes that run anyway, except in
-plain rounds after which no draft can follow (`skip_features`).
+`depth` deep (a chain is the one-branch tree: `depth` tokens); `commit(length)` tells the drafter
+that only the first `length` tokens of the history are final, so it forgets anything cached past
+them. A drafter's tree shape is part of its construction. A drafter that reads the target's
+features (the draft head) names the hidden-state layers it reads in `feature_layers`; the scorer
+then hands it the target's features of every position that enters the target's cache, from the
+forward passes that run anyway, except in plain rounds after which no draft can follow
+(`skip_features`).
 """
 
 from __future__ import annotations
