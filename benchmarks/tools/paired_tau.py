@@ -17,18 +17,27 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from pathlib import Path
 
 Runs = dict[tuple[str, str], tuple[int, int]]  # (suite, sample id) -> (new tokens, rounds)
 
 
+def fail(message: str) -> None:
+    """Bad input: one line on stderr, exit code 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def read_side(spec: str) -> tuple[str, Runs]:
     """The runs of the one method in FILE whose name contains METHOD."""
     path, _, wanted = spec.rpartition(":")
+    if not path or not Path(path).is_file():
+        fail(f"{spec}: expected FILE:METHOD with FILE a samples.jsonl of `mars eval`")
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     names = sorted({row["method"] for row in rows if wanted in row["method"]})
     if len(names) != 1:
-        raise SystemExit(f"error: {spec}: {len(names)} methods match {wanted!r} ({', '.join(names) or 'none'})")
+        fail(f"{spec}: {len(names)} methods match {wanted!r} ({', '.join(names) or 'none'})")
     runs = {(row["suite"], row["sample_id"]): (row["new_tokens"], row["rounds"])
             for row in rows if row["method"] == names[0]}
     return names[0], runs
@@ -61,7 +70,7 @@ def main() -> None:
     new_name, new = read_side(args.new)
     shared = sorted(set(base) & set(new))
     if not shared:
-        raise SystemExit("error: the two sides share no (suite, sample) pair")
+        fail("the two sides share no (suite, sample) pair")
     rng = random.Random(args.seed)
     print(f"base: {base_name}\nnew:  {new_name}")
     print("| suite | samples | tau base | tau new | change | 90% interval | samples up / down |")
