@@ -137,34 +137,53 @@ def _plain_rst(paragraph: str) -> str:
     return re.sub(r"``([^`]+)``", r"\1", re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", paragraph))
 
 
-def package_texts(names: list[str]) -> tuple[list[str], list[str]]:
-    """Prose docstring paragraphs and short public top-level functions of installed packages,
-    read from their files with `ast` (nothing is imported or run); test folders left out."""
-    import ast
+TEST_FOLDERS = frozenset({"tests", "test", "testing"})
+
+
+def package_folders(names: list[str]) -> list[Path]:
+    """The folders of the named installed packages (found, never imported)."""
     import importlib.util
 
-    docs, functions = [], []
+    folders = []
     for name in names:
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             raise SystemExit(f"error: {name} is not an installed package")
-        for folder in spec.submodule_search_locations:
-            for path in sorted(Path(folder).rglob("*.py")):
-                if {"tests", "test", "testing"} & set(path.parts):
-                    continue
-                try:
-                    source = path.read_text(encoding="utf-8")
-                    tree = ast.parse(source)
-                except (SyntaxError, UnicodeDecodeError, ValueError):
-                    continue
-                for node in ast.walk(tree):
-                    if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)):
-                        docs.append(_plain_rst(ast.get_docstring(node) or ""))
-                for node in tree.body:
-                    if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
-                        code = ast.get_source_segment(source, node) or ""
-                        if _is_short_function(code):
-                            functions.append(code)
+        folders.extend(Path(folder) for folder in spec.submodule_search_locations)
+    return folders
+
+
+def parsed_files(folders: list[Path], skipped: frozenset[str] = TEST_FOLDERS):
+    """(source, ast tree) of every .py file under `folders` that parses, in path order, files
+    inside a sub-folder named in `skipped` left out: code read as text, nothing run."""
+    import ast
+
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            if skipped & set(path.relative_to(folder).parts):
+                continue
+            try:
+                source = path.read_text(encoding="utf-8")
+                yield source, ast.parse(source)
+            except (SyntaxError, UnicodeDecodeError, ValueError):
+                continue
+
+
+def package_texts(names: list[str]) -> tuple[list[str], list[str]]:
+    """Prose docstring paragraphs and short public top-level functions of installed packages,
+    read from their files with `ast` (nothing is imported or run); test folders left out."""
+    import ast
+
+    docs, functions = [], []
+    for source, tree in parsed_files(package_folders(names)):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)):
+                docs.append(_plain_rst(ast.get_docstring(node) or ""))
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                code = ast.get_source_segment(source, node) or ""
+                if _is_short_function(code):
+                    functions.append(code)
     return _paragraphs(docs), sorted(set(functions))
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import json
 import random
 import re
@@ -32,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_step13_prompts as step13  # noqa: E402
+from make_step14_prompts import TEST_FOLDERS, package_folders, parsed_files  # noqa: E402
 from make_varied_prompts import write_prompt_set  # noqa: E402
 
 # third-person forms of the imperative verbs docstrings open with, where adding "s" is wrong
@@ -48,6 +48,8 @@ encrypt decrypt hash quote unquote interpolate approximate estimate list group r
 print open copy yield""".split())
 MAX_PARAMETERS = 4
 SUMMARY_CHARACTERS = (20, 110)
+# in the standard library's folder: installed packages, and the IDLE, 2to3 and turtle demo sources
+SKIPPED_FOLDERS = TEST_FOLDERS | {"site-packages", "idlelib", "lib2to3", "turtledemo"}
 
 
 def third_person(verb: str) -> str:
@@ -88,38 +90,19 @@ def signature(node: ast.FunctionDef) -> str | None:
     return f"{node.name}({', '.join(names)})"
 
 
-def package_folders(names: list[str]) -> list[Path]:
-    """The standard library's folder, then each named installed package's folders."""
-    folders = [Path(sysconfig.get_paths()["stdlib"])]
-    for name in names:
-        spec = importlib.util.find_spec(name)
-        if spec is None or not spec.submodule_search_locations:
-            raise SystemExit(f"error: {name} is not an installed package")
-        folders.extend(Path(folder) for folder in spec.submodule_search_locations)
-    return folders
-
-
 def function_tasks(folders: list[Path], skipped_names: set[str]) -> dict[str, str]:
     """{signature: clause} for the public top-level functions found (first found wins a name)."""
     found: dict[str, str] = {}
     seen_names = set(skipped_names)
-    for folder in folders:
-        for path in sorted(folder.rglob("*.py")):
-            parts = set(path.relative_to(folder).parts)
-            if parts & {"tests", "test", "testing", "site-packages", "idlelib", "lib2to3", "turtledemo"}:
+    for _, tree in parsed_files(folders, SKIPPED_FOLDERS):
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_") or node.name in seen_names:
                 continue
-            try:
-                tree = ast.parse(path.read_text(encoding="utf-8"))
-            except (SyntaxError, UnicodeDecodeError, ValueError):
-                continue
-            for node in tree.body:
-                if not isinstance(node, ast.FunctionDef) or node.name.startswith("_") or node.name in seen_names:
-                    continue
-                clause = task_clause(ast.get_docstring(node) or "")
-                written = signature(node)
-                if clause and written:
-                    seen_names.add(node.name)
-                    found[written] = clause
+            clause = task_clause(ast.get_docstring(node) or "")
+            written = signature(node)
+            if clause and written:
+                seen_names.add(node.name)
+                found[written] = clause
     return found
 
 
@@ -134,7 +117,8 @@ def main() -> None:
     suite = step13.ROOT / "mars_cli" / "data" / "suites" / "code.jsonl"
     skipped = {json.loads(line)["entry_point"] for line in suite.read_text().splitlines() if line.strip()}
     skipped |= {sig.partition("(")[0] for sig, _, _ in step13.TASKS}
-    found = function_tasks(package_folders([n for n in args.packages.split(",") if n]), skipped)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    found = function_tasks([stdlib, *package_folders([n for n in args.packages.split(",") if n])], skipped)
     print(f"{len(found)} functions with an imperative summary found", file=sys.stderr)
     chosen = rng.sample(sorted(found), min(args.count, len(found)))
     rows = [("write", rng.choice(step13.FUNCTION_OPENINGS).format(sig=sig, what=found[sig])

@@ -20,6 +20,8 @@ import random
 import sys
 from pathlib import Path
 
+from mars_cli.calibration.sweep import percentile_interval
+
 Runs = dict[tuple[str, str], tuple[int, int]]  # (suite, sample id) -> (new tokens, rounds)
 
 
@@ -49,14 +51,13 @@ def pooled_tau(runs: list[tuple[int, int]]) -> float:
 
 
 def bootstrap_interval(pairs: list[tuple[tuple[int, int], tuple[int, int]]], draws: int,
-                       rng: random.Random) -> tuple[float, float]:
+                       rng: random.Random) -> list[float]:
     """5th and 95th percentiles of the pooled tau's change over resampled sample sets."""
     changes = []
     for _ in range(draws):
         chosen = [pairs[rng.randrange(len(pairs))] for _ in pairs]
         changes.append(pooled_tau([new for _, new in chosen]) - pooled_tau([base for base, _ in chosen]))
-    changes.sort()
-    return changes[int(0.05 * draws)], changes[int(0.95 * draws) - 1]
+    return percentile_interval(changes)
 
 
 def main() -> None:

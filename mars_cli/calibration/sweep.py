@@ -143,11 +143,12 @@ def bootstrap(reference: Sequence[dict], runs: Mapping[float, Sequence[dict]], l
                 spread[(theta, name)].append(value)
     intervals: dict[float, dict[str, list[float]]] = defaultdict(dict)
     for (theta, name), values in spread.items():
-        intervals[theta][name] = _interval(values)
-    return _interval(chosen), dict(intervals)
+        intervals[theta][name] = percentile_interval(values)
+    return percentile_interval(chosen), dict(intervals)
 
 
-def _interval(values: list[float]) -> list[float]:
+def percentile_interval(values: list[float]) -> list[float]:
+    """The 5th and 95th percentiles of `values` (a bootstrap's 90% interval)."""
     ordered = sorted(values)
     return [ordered[int(0.05 * (len(ordered) - 1))], ordered[int(0.95 * (len(ordered) - 1))]]
 
