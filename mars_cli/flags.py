@@ -71,6 +71,10 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     _flag("head_confidence", float, DEFAULT_HEAD_CONFIDENCE, "--head-confidence", rich_help_panel=DECODING,
           help="Draft head only: end a round's drafts once the head's own probability that all of them are "
                "accepted falls below this (0 always drafts --num-draft)."),
+    _flag("int8_head", str, "auto", "--int8-head", rich_help_panel=DECODING,
+          help="Draft head only: run a bfloat16 head's linear layers on int8 weights (half the bytes each drafting "
+               "step reads): 'on', 'off', or 'auto' (on where a measurement here says it pays: once per model, "
+               "head shape, device and torch, cached). Drafts may differ slightly; the output never does."),
     _flag("max_new_tokens", int, 128, "--max-new-tokens", "-n", rich_help_panel=DECODING,
           help="Stop after this many new tokens."),
     _flag("temperature", float, 0.0, "--temperature", rich_help_panel=SAMPLING,
@@ -109,7 +113,7 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
 GROUPS: dict[str, tuple[str, ...]] = {
     "model": ("target", "device", "dtype", "compile", "packed_weights", "device_map", "trust_remote_code",
               "allow_pickle"),
-    "drafting": ("draft", "num_draft", "draft_topk", "draft_tokens", "head_confidence"),
+    "drafting": ("draft", "num_draft", "draft_topk", "draft_tokens", "head_confidence", "int8_head"),
     "verification": ("verify", "threshold", "margin", "calibration", "force"),
     "sampling": ("temperature", "top_p", "top_k", "seed"),
 }

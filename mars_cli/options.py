@@ -74,6 +74,7 @@ class DraftOptions:
     head_confidence: float = DEFAULT_HEAD_CONFIDENCE  # draft head: stop drafting below this
     draft_topk: int | str = AUTO  # children per tree node (1: a chain), or "auto" (decoding/cost.py)
     draft_tokens: int | str = AUTO  # nodes per tree, or "auto"
+    int8_head: str = "auto"  # a bfloat16 head's linears on int8 weights: auto, on or off (head/int8.py)
 
     def __post_init__(self) -> None:
         for name in ("num_draft", "draft_topk", "draft_tokens"):  # "4" from the command line
@@ -106,6 +107,7 @@ class DraftOptions:
         require(self.draft_tokens == AUTO
                 or (isinstance(self.draft_tokens, int) and 1 <= self.draft_tokens <= MAX_DRAFT_TOKENS),
                 f"--draft-tokens must be 'auto' or between 1 and {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")
+        require(self.int8_head in ("auto", "on", "off"), f"--int8-head {self.int8_head}: expected auto, on or off")
 
 
 @dataclass(frozen=True)

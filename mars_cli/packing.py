@@ -85,7 +85,7 @@ def problem(model: torch.nn.Module) -> str | None:
     probe = torch.randn(PACK_ROWS, layer.in_features, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     try:
         with torch.inference_mode():
-            packed = _PackedForward(layer, PACK_ROWS)
+            packed = PackedForward(layer, PACK_ROWS)
             got, expected = packed.product(probe).float(), F.linear(probe, layer.weight, layer.bias).float()
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
         return f"torch cannot pack bfloat16 weights on this CPU ({first_line(exc)})"
@@ -95,20 +95,20 @@ def problem(model: torch.nn.Module) -> str | None:
     return None
 
 
-def _identity(weight: torch.Tensor) -> tuple:
+def weight_identity(weight: torch.Tensor) -> tuple:
     """What tells a weight's values apart from those packed: its storage, dtype, shape and (outside
     inference tensors, which keep none) its version counter, which every in-place write bumps."""
     version = None if weight.is_inference() else weight._version
     return weight.data_ptr(), weight.dtype, tuple(weight.shape), version
 
 
-class _PackedForward:
+class PackedForward:
     """One linear layer's forward on its packed weight, falling back to `F.linear` when the
     weight is no longer what was packed (swapped, cast or written since) or autograd needs the product."""
 
     def __init__(self, layer: torch.nn.Linear, rows: int) -> None:
         self.layer = layer
-        self.source = _identity(layer.weight)
+        self.source = weight_identity(layer.weight)
         self.packed = torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach(), rows)
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
@@ -117,7 +117,7 @@ class _PackedForward:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.layer.weight
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-        if needs_grad or x.dtype != weight.dtype or _identity(weight) != self.source:
+        if needs_grad or x.dtype != weight.dtype or weight_identity(weight) != self.source:
             return F.linear(x, weight, self.layer.bias)
         return self.product(x)
 
@@ -128,14 +128,14 @@ def install(model: torch.nn.Module, rows: int = PACK_ROWS) -> int:
     return len(_use(_packed_forwards(model, rows)))
 
 
-def _packed_forwards(model: torch.nn.Module, rows: int) -> list[_PackedForward]:
+def _packed_forwards(model: torch.nn.Module, rows: int) -> list[PackedForward]:
     """A packed forward for each packable linear of `model` (the one it runs already, if packed)."""
     with torch.no_grad():
-        return [layer.__dict__["forward"] if isinstance(layer.__dict__.get("forward"), _PackedForward)
-                else _PackedForward(layer, rows) for layer in packable(model)]
+        return [layer.__dict__["forward"] if isinstance(layer.__dict__.get("forward"), PackedForward)
+                else PackedForward(layer, rows) for layer in packable(model)]
 
 
-def _use(forwards: list[_PackedForward]) -> list[_PackedForward]:
+def _use(forwards: list[PackedForward]) -> list[PackedForward]:
     """Give each layer its packed forward; returns those that were not in use."""
     fresh = [forward for forward in forwards if forward.layer.__dict__.get("forward") is not forward]
     for forward in fresh:
@@ -150,7 +150,7 @@ class Switch:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.forwards: list[_PackedForward] | None = None
+        self.forwards: list[PackedForward] | None = None
         self.refused: str | None = None  # why they cannot be packed, once tried
 
     def set(self, packed: bool) -> bool:
@@ -170,13 +170,13 @@ class Switch:
 def remove(model: torch.nn.Module) -> None:
     """Every linear of `model` back on `F.linear` (the packed copies are freed)."""
     for module in model.modules():
-        if isinstance(module.__dict__.get("forward"), _PackedForward):
+        if isinstance(module.__dict__.get("forward"), PackedForward):
             del module.forward
 
 
 def installed(model: torch.nn.Module) -> bool:
     """Whether any linear of `model` runs packed."""
-    return any(isinstance(module.__dict__.get("forward"), _PackedForward) for module in model.modules())
+    return any(isinstance(module.__dict__.get("forward"), PackedForward) for module in model.modules())
 
 
 # --------------------------------------------------------------------------- choosing

@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 import torch
 
 from .head.drafter import HeadDrafter, find_head, load_head
+from .head import int8
 from .head.parts import PairHead
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from .decoding.loop import DecodeSettings, decode
@@ -83,6 +84,11 @@ class Session:
         self.drafter = self._build_drafter(kind, head, CHAIN if kind == "none" else self._tree_shape(head))
         if self.packing.packed and head is not None:  # the head's products are the target's kind (bfloat16 here)
             packing.install(head)
+        # then int8 rows in place of the head's packed (or dense) products, where they pay (head/int8.py)
+        self.int8_head = (int8.settle(head, self.target, drafting.int8_head, compiled) if head is not None
+                          else int8.Int8Choice(False, problem="no draft head"))
+        if head is None and drafting.int8_head == "on" and drafting.drafts:  # (plain decoding drafts nothing)
+            note(f"--draft {drafting.draft} drafts without a head; --int8-head on is ignored", once=True)
         if kind == "ngram" and isinstance(drafting.draft_topk, int) and drafting.draft_topk > 1:
             note("n-gram lookup has no distribution to branch on: its tree's branches are the continuations of "
                  "earlier matches, as many as it finds", once=True)
@@ -242,7 +248,9 @@ class Session:
         entries = {"the cost curve": cost.cache_path(self._draft_length.curve.key) if self._draft_length else None,
                    "the dtype choice": (cost.cache_path(self.target.dtype_choice.key, dtype_choice.FOLDER)
                                         if self.target.dtype_choice is not None else None),
-                   "the packing choice": cost.cache_path(self.packing.key, packing.FOLDER) if self.packing.key else None}
+                   "the packing choice": cost.cache_path(self.packing.key, packing.FOLDER) if self.packing.key else None,
+                   "the int8 head choice": (cost.cache_path(self.int8_head.key, int8.FOLDER)
+                                            if self.int8_head.key else None)}
         deleted = set(drift.forget(path for path in entries.values() if path is not None))
         forgotten = [name for name, path in entries.items() if path in deleted]
         if forgotten:
@@ -297,6 +305,7 @@ class Session:
             dtype=str(self.target.dtype).replace("torch.", ""),
             compiled=self.scorer.compiled,
             packed_weights=self.packing.packed,
+            int8_head=self.int8_head.used,
             torch_version=torch.__version__,
             threads=torch.get_num_threads(),
         )

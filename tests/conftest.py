@@ -157,6 +157,16 @@ def dense_auto_packing(monkeypatch):
     monkeypatch.setattr(packing, "choose", lambda target, *, fresh=False: packing.PackingChoice(False, unsaved="a test"))
 
 
+@pytest.fixture(autouse=True)
+def full_auto_int8_head(monkeypatch):
+    """`--int8-head auto` measures whether int8 head weights pay here (mars_cli/head/int8.py): in-process
+    tests get the head's own weights for `auto`, unmeasured and uncached; tests/test_int8_head.py
+    overrides this fixture to measure."""
+    from mars_cli.head import int8
+
+    monkeypatch.setattr(int8, "choose", lambda head, target, *, fresh=False: int8.Int8Choice(False, unsaved="a test"))
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     from mars_cli.models import load_model

@@ -9,6 +9,7 @@ round that does not draft still pays.
     python benchmarks/tools/default_rounds.py --dtype bfloat16
     python benchmarks/tools/default_rounds.py --dtype bfloat16 --chooser-off --limit 6 --repeats 2
     python benchmarks/tools/default_rounds.py --dtype bfloat16 --verify strict,mars   # and the default with MARS
+    python benchmarks/tools/default_rounds.py --dtype bfloat16 --int8-head off,on   # the head on int8 rows or not
 """
 
 from __future__ import annotations
@@ -30,19 +31,27 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--verify", default="strict",
                         help="the drafting sessions' rules, comma-separated: strict, mars (at the shipped profile)")
+    parser.add_argument("--int8-head", default="auto",
+                        help="the drafting sessions' --int8-head, comma-separated: with two or more, each rule's "
+                             "default runs once per setting (named default-int8-on, default-mars-int8-off, ...)")
     parser.add_argument("--chooser-off", action="store_true", help="the default never drafts (no probes)")
     parser.add_argument("--verbose", action="store_true", help="one line per prompt and method")
     args = parser.parse_args()
     rules = args.verify.split(",")
     if not set(rules) <= {"strict", "mars"}:
         parser.error(f"--verify {args.verify}: expected strict, mars or both")
+    int8_settings = args.int8_head.split(",")
+    if not set(int8_settings) <= {"auto", "on", "off"}:
+        parser.error(f"--int8-head {args.int8_head}: expected auto, on or off, comma-separated")
 
     plain = Session(DecodingOptions.of(dtype=args.dtype, draft="none", max_new_tokens=args.max_new_tokens))
     sessions = {"plain": plain}
     for rule in rules:  # "default": the default with strict verification; "default-mars" with MARS
-        sessions["default" if rule == "strict" else f"default-{rule}"] = Session(
-            DecodingOptions.of(dtype=args.dtype, draft="auto", num_draft="auto", verify=rule,
-                               max_new_tokens=args.max_new_tokens), target=plain.target)
+        for int8 in int8_settings:
+            name = ("default" if rule == "strict" else f"default-{rule}") + (f"-int8-{int8}" if len(int8_settings) > 1 else "")
+            sessions[name] = Session(DecodingOptions.of(dtype=args.dtype, draft="auto", num_draft="auto", verify=rule,
+                                                        int8_head=int8, max_new_tokens=args.max_new_tokens),
+                                     target=plain.target)
     drafting = [name for name in sessions if name != "plain"]
     choosers = {name: sessions[name].draft_length() for name in drafting}
     for chooser in choosers.values() if args.chooser_off else ():
@@ -79,7 +88,8 @@ def main() -> None:
     for name in drafting:
         pairs = [b / a for a, b in zip(per_round["plain"], per_round[name])]
         print(f"{name} vs plain: {rate[name] / rate['plain']:.3f}x tokens/s; a round costs "
-              f"{statistics.median(pairs):.4f}x a plain one (median over prompts)")
+              f"{statistics.median(pairs):.4f}x a plain one (median over prompts); head on int8 rows: "
+              f"{sessions[name].int8_head.used}")
         chooser = choosers[name]
         if chooser is not None:
             print(f"  chooser: acceptance {[round(a, 2) for a in chooser.acceptance()[:4]]}, rounds that drafted "

@@ -1,0 +1,240 @@
+"""`--int8-head` (mars_cli/head/int8.py): int8 rows give products close to the head's own, never
+run on a stale or swapped weight, leave autograd alone and hand a packed head its packed forwards
+back; strict greedy decoding with an int8 head still reproduces the target; `auto` uses int8 only
+where the (mocked) timing says it pays, caches that and measures a corrupt entry again; a float32
+or compiled head is refused for `on` in one line; bad values are one line, exit code 2."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mars_cli import packing
+from mars_cli.decoding import cost
+from mars_cli.decoding.sampling import SamplingParams
+from mars_cli.decoding.tree import TreeShape
+from mars_cli.decoding.verifiers import Verifier
+from mars_cli.errors import UserError
+from mars_cli.head import int8
+from mars_cli.head.drafter import HeadDrafter
+from mars_cli.head.train import new_eagle3_head
+from mars_cli.models import load_model
+from mars_cli.options import DecodingOptions
+from mars_cli.session import Session
+from tests.test_cli import run_cli
+from tests.test_dtype_choice import cache  # noqa: F401 - the test's own cache, a quiet machine, notes afresh
+from tests.test_loop import hf_greedy, random_prompt
+from tests.trees import decode_all
+
+pytestmark = pytest.mark.skipif(int8.problem(torch.nn.Linear(32, 32).to(torch.bfloat16)) is not None,
+                                reason="this torch or CPU has no weight-only int8 product")
+
+
+@pytest.fixture(autouse=True)
+def full_auto_int8_head():
+    """Overrides conftest's fixture of this name: here `--int8-head auto` measures."""
+    yield
+
+
+@pytest.fixture
+def bf16_target(tiny_dir):
+    return load_model(str(tiny_dir), device="cpu", dtype="bfloat16")
+
+
+def bf16_head(target, seed: int = 0):
+    torch.manual_seed(seed)
+    head = new_eagle3_head(target, torch.arange(40), {}).eval()
+    with torch.no_grad():  # random layers, not the near-zero start, so that every product matters
+        for layer in int8.eligible(head.float()):
+            layer.weight.normal_(0, 0.3)
+    return head.to(torch.bfloat16)
+
+
+def counted_int8_products(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    product = torch._weight_int8pack_mm
+
+    def counting(x, rows, scales):
+        calls.append(x.shape[0])
+        return product(x, rows, scales)
+
+    monkeypatch.setattr(torch, "_weight_int8pack_mm", counting)
+    return calls
+
+
+# ----------------------------------------------------------------------------- products
+def test_int8_products_stay_close_and_leave_no_trace(bf16_target):
+    head = bf16_head(bf16_target)
+    layers = int8.eligible(head)
+    assert len(layers) == sum(isinstance(m, torch.nn.Linear) for m in head.modules())  # every one is 32k wide
+    inputs = {layer: torch.randn(3, 5, layer.in_features, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+              for layer in layers}
+    expected = {layer: F.linear(inputs[layer], layer.weight).float() for layer in layers}
+    assert int8.install(head) == len(layers) and int8.installed(head) and int8.install(head) == 0  # idempotent
+    with torch.inference_mode():
+        for layer in layers:
+            got = layer(inputs[layer]).float()
+            assert got.shape == expected[layer].shape
+            assert torch.allclose(got, expected[layer], rtol=0, atol=int8.TOLERANCE * float(expected[layer].abs().max()))
+            assert not torch.equal(got, expected[layer])  # the int8 product ran, not the bfloat16 one
+    int8.remove(head)
+    assert not int8.installed(head) and all("forward" not in layer.__dict__ for layer in layers)
+
+
+def test_quantized_rows_span_int8_and_rebuild_the_weight():
+    weight = torch.randn(16, 64, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    weight[3] = 0  # an all-zero row: a tiny scale, zeros, no NaN
+    rows, scales = int8.quantize(weight)
+    assert rows.dtype == torch.int8 and scales.dtype == torch.bfloat16 and scales.shape == (16,)
+    assert int(rows.abs().amax(dim=1)[0]) == 127 and not bool(rows[3].any())
+    rebuilt = rows.float() * scales.float()[:, None]
+    assert torch.allclose(rebuilt, weight.float(), rtol=0, atol=float(weight.float().abs().max()) / 127)
+
+
+def test_a_packed_head_gets_its_packed_forwards_back(bf16_target):
+    head = bf16_head(bf16_target)
+    if packing.problem(head) is not None:
+        pytest.skip("no oneDNN packed bfloat16 product here")
+    packing.install(head)
+    packed = {layer: layer.__dict__["forward"] for layer in int8.eligible(head)}
+    int8.install(head)
+    assert not packing.installed(head)
+    int8.remove(head)
+    assert all(layer.__dict__["forward"] is forward for layer, forward in packed.items())
+
+
+def test_a_written_weight_is_never_read_stale(bf16_target):
+    head = bf16_head(bf16_target)
+    int8.install(head)
+    layer = head.fc
+    x = torch.randn(2, layer.in_features).to(torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.mul_(2)  # the dtype chooser writes weights in place
+    assert torch.equal(layer(x), F.linear(x, layer.weight))
+    layer.weight = torch.nn.Parameter(layer.weight.detach().clone())  # swapped for another tensor
+    assert torch.equal(layer(x), F.linear(x, layer.weight))
+
+
+def test_autograd_takes_the_full_product(bf16_target):
+    head = bf16_head(bf16_target)
+    int8.install(head)
+    x = torch.randn(2, head.fc.in_features, dtype=torch.bfloat16, requires_grad=True)
+    out = head.fc(x)
+    assert torch.equal(out, F.linear(x, head.fc.weight))
+    out.float().sum().backward()
+    assert x.grad is not None
+
+
+# ----------------------------------------------------------------------------- decoding
+@pytest.mark.parametrize("seed", range(3))
+def test_strict_greedy_with_an_int8_head_reproduces_the_target(tiny_target, seed, monkeypatch):
+    """The oracle: a float32 target, strict greedy verification, a bfloat16 head drafting on int8
+    rows (its drafts are its own; the output must be the target's, token for token)."""
+    calls = counted_int8_products(monkeypatch)
+    rng = random.Random(seed)
+    prompt = random_prompt(rng, len(tiny_target.tokenizer), 15)
+    expected = hf_greedy(tiny_target, prompt, 30)
+    head = bf16_head(tiny_target, seed).attach(tiny_target.model)
+    assert int8.install(head) == len(int8.eligible(head))
+    for shape in (TreeShape(1, 4), TreeShape(4, 12)):
+        drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=shape)
+        assert decode_all(tiny_target, drafter, prompt, 30, Verifier("strict"), 4, shape.tokens) == expected
+    assert calls  # the drafts came from int8 products
+
+
+# ----------------------------------------------------------------------------- choosing
+def fake_blocks(monkeypatch, full_ms: float, int8_ms: float) -> list[str]:
+    """time_blocks mocked: fixed block times per variant, each variant's real block still run once."""
+    runs: list[str] = []
+
+    def timed(block, deadline):
+        for variant in int8.VARIANTS:
+            assert block(variant) > 0
+            runs.append(variant)
+        return {"full": [full_ms] * int8.REPEATS, "int8": [int8_ms] * int8.REPEATS}
+
+    monkeypatch.setattr(int8, "time_blocks", timed)
+    return runs
+
+
+def test_auto_uses_int8_where_the_measurement_says_it_pays_and_caches_it(bf16_target, monkeypatch, cache, capsys):
+    head = bf16_head(bf16_target)
+    runs = fake_blocks(monkeypatch, full_ms=10.0, int8_ms=8.0)
+    choice = int8.settle(head, bf16_target, "auto")
+    assert choice.used and not choice.cached and int8.installed(head) and runs == ["full", "int8"]
+    assert "int8 weights" in capsys.readouterr().err
+    entry = json.loads(next((cache / int8.FOLDER).glob("*.json")).read_text())
+    assert entry["used"] is True and entry["key"]["linears"][0] == list(head.fc.weight.shape)
+    int8.remove(head)
+    again = int8.settle(head, bf16_target, "auto")
+    assert again.cached and again.used and int8.installed(head) and runs == ["full", "int8"]  # read, not measured
+
+
+def test_auto_keeps_the_heads_weights_within_noise_after_timing_twice(bf16_target, monkeypatch, cache):
+    head = bf16_head(bf16_target)
+    runs = fake_blocks(monkeypatch, full_ms=10.0, int8_ms=9.9)  # 0.99: a close call at 0.97
+    choice = int8.settle(head, bf16_target, "auto")
+    assert not choice.used and choice.timed_twice and not int8.installed(head)
+    assert runs == ["full", "int8"] * 2
+
+
+@pytest.mark.parametrize("entry", ["{not json", '{"schema": 1}', "contradicts"])
+def test_a_corrupt_or_contradictory_entry_is_measured_again(bf16_target, monkeypatch, cache, entry):
+    head = bf16_head(bf16_target)
+    runs = fake_blocks(monkeypatch, full_ms=10.0, int8_ms=8.0)
+    key = int8.int8_key(head, bf16_target)
+    path = cost.cache_path(key, int8.FOLDER)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if entry == "contradicts":  # says int8, with times that say it does not pay
+        entry = json.dumps({"schema": int8.SCHEMA, "used": True, "ms_full": 10.0, "ms_int8": 12.0, "key": key})
+    path.write_text(entry)
+    choice = int8.settle(head, bf16_target, "auto")
+    assert not choice.cached and choice.used and runs == ["full", "int8"]
+
+
+def test_the_real_measurement_times_both_and_leaves_the_head_as_it_was(bf16_target, monkeypatch, cache):
+    head = bf16_head(bf16_target).attach(bf16_target.model)
+    monkeypatch.setattr(int8, "REPEATS", 2)
+    choice = int8.measure(head, bf16_target, int8.int8_key(head, bf16_target))
+    assert choice.ms_full > 0 and choice.ms_int8 > 0 and choice.used == (choice.ms_int8 <= 0.97 * choice.ms_full)
+    assert not int8.installed(head) and all("forward" not in layer.__dict__ for layer in int8.eligible(head))
+
+
+def test_a_float32_or_compiled_head_drafts_on_its_own_weights(tiny_target, bf16_target):
+    float_head = new_eagle3_head(tiny_target, torch.arange(40), {}).eval()
+    choice = int8.settle(float_head, tiny_target, "auto")
+    assert not choice.used and "bfloat16 head" in choice.problem and not int8.installed(float_head)
+    with pytest.raises(UserError, match="--int8-head on: only a bfloat16 head"):
+        int8.settle(float_head, tiny_target, "on")
+    head = bf16_head(bf16_target)
+    assert "compiled" in int8.settle(head, bf16_target, "auto", compiled=True).problem
+    assert int8.settle(head, bf16_target, "on").used and int8.installed(head)
+    assert not int8.settle(head, bf16_target, "off").used and not int8.installed(head)
+
+
+# ----------------------------------------------------------------------------- the flag
+def test_a_bad_value_is_one_line_exit_2(capsys, tiny_dir):
+    code, out, err = run_cli(capsys, "generate", "abc", "--target", str(tiny_dir), "--device", "cpu",
+                             "--int8-head", "maybe")
+    assert code == 2 and out == ""
+    assert err.strip() == "mars: error: --int8-head maybe: expected auto, on or off"
+
+
+def test_a_session_drafts_on_int8_rows_and_says_so(tiny_dir, bf16_target, tmp_path, monkeypatch, capsys):
+    directory = tmp_path / "head"
+    bf16_head(bf16_target).float().save_pretrained(directory)
+    calls = counted_int8_products(monkeypatch)
+    options = dict(target=str(tiny_dir), device="cpu", dtype="bfloat16", draft=f"head:{directory}", num_draft=3,
+                   max_new_tokens=12, packed_weights="off")
+    session = Session(DecodingOptions.of(**options, int8_head="on"), target=bf16_target)
+    assert session.config()["int8_head"] is True and int8.installed(session.drafter.head)
+    assert session.run("abc abc").stats.new_tokens > 0 and calls
+    plain = Session(DecodingOptions.of(**options, int8_head="off"), target=bf16_target)
+    assert plain.config()["int8_head"] is False and not int8.installed(plain.drafter.head)
+    ngram = Session(DecodingOptions.of(**{**options, "draft": "ngram"}, int8_head="on"), target=bf16_target)
+    assert ngram.config()["int8_head"] is False
+    assert "--int8-head on is ignored" in capsys.readouterr().err
