@@ -1,10 +1,12 @@
 """`--int8-head`: a bfloat16 draft head's linear layers on int8 weights (CPU).
 
 Inside a round the target's pass (270 MB for SmolLM2-135M) evicts the head's ~20 MB of weights
-from the CPU's caches, so every head step reads them from memory again: drafting is bound by
-those bytes, not by arithmetic. Each linear's rows stored as int8 with one scale per row (symmetric,
-the row's largest magnitude maps to 127) halve them, and torch's weight-only int8 product
-(`torch._weight_int8pack_mm`, what gpt-fast's int8 weights run on the CPU) reads them.
+from the CPU's caches, so the round's first head step reads them from memory again. Each linear's
+rows stored as int8 with one scale per row (symmetric, the row's largest magnitude maps to 127)
+halve those bytes, and torch's weight-only int8 product (`torch._weight_int8pack_mm`, what
+gpt-fast's int8 weights run on the CPU) reads them. Measured on an AMD EPYC (docs/head.md): a
+quarter to a third off a round's drafting against dense bfloat16 linears, 2-7% against packed ones
+(the rest of a step is small operations int8 does not touch).
 The drafts may change slightly (the head's scores are rounded differently); the output cannot:
 verification decides every token against the target (docs/head.md measures the acceptance).
 
