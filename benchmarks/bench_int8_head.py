@@ -1,12 +1,13 @@
 """What int8 rows save a bfloat16 draft head's drafting (issue 27: cheaper drafting).
 
     python benchmarks/bench_int8_head.py --runs 3 --out benchmarks/results/int8-head-cost.json
+    python benchmarks/bench_int8_head.py --dtype float32 --runs 3 --out benchmarks/results/int8-head-cost-f32.json
 
-The shipped head for the embedded target, both in bfloat16, timed by `--int8-head auto`'s own
+The shipped head for the embedded target, both in `--dtype` (bfloat16 or float32), timed by `--int8-head auto`'s own
 measurement (mars_cli/head/int8.py: a round's drafting, 3 true pairs then 3 levels of 4, each
 scored, each block after a target step that evicts the head's weights; the head's own weights and
-int8 rows interleaved), `--runs` times against the head's packed linears (what a session on a CPU
-that packs runs) and against its dense ones. Timings only: acceptance with int8 rows comes from
+int8 rows interleaved), `--runs` times against the head's dense linears and, in bfloat16,
+against its packed ones (what a session on a CPU that packs runs). Timings only: acceptance with int8 rows comes from
 `mars eval` (docs/head.md, "Int8 weights").
 """
 
@@ -27,12 +28,13 @@ from mars_cli.models import load_model
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=15, help="blocks of each variant per run")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     int8.REPEATS = args.repeats
-    target = load_model("smollm2-135m", device="cpu", dtype="bfloat16")
+    target = load_model("smollm2-135m", device="cpu", dtype=args.dtype)
     heads = {"dense": load_head("head", target), "packed": load_head("head", target)}
     if packing.problem(heads["packed"]) is not None:
         del heads["packed"]
@@ -45,7 +47,7 @@ def main() -> None:
             rows.append({"run": run, "against": side, "ms_full": round(choice.ms_full, 3),
                          "ms_int8": round(choice.ms_int8, 3), "ratio": round(choice.ms_int8 / choice.ms_full, 3)})
     machine = {"cpu": _cpu_name(), "flags": _cpu_matrix_flags(), "threads": torch.get_num_threads(),
-               "torch": torch.__version__}
+               "torch": torch.__version__, "dtype": args.dtype}
     print(json.dumps(machine))
     print("| run | the head's own linears | own (ms) | int8 rows (ms) | int8 / own |")
     print("|---|---|---|---|---|")

@@ -74,7 +74,7 @@ class DraftOptions:
     head_confidence: float = DEFAULT_HEAD_CONFIDENCE  # draft head: stop drafting below this
     draft_topk: int | str = AUTO  # children per tree node (1: a chain), or "auto" (decoding/cost.py)
     draft_tokens: int | str = AUTO  # nodes per tree, or "auto"
-    int8_head: str = "auto"  # a bfloat16 head's linears on int8 weights: auto, on or off (head/int8.py)
+    int8_head: str = "auto"  # the draft head's linears on int8 weights: auto, on or off (head/int8.py)
 
     def __post_init__(self) -> None:
         for name in ("num_draft", "draft_topk", "draft_tokens"):  # "4" from the command line

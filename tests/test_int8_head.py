@@ -1,8 +1,9 @@
 """`--int8-head` (mars_cli/head/int8.py): int8 rows give products close to the head's own, never
 run on a stale or swapped weight, leave autograd alone and hand a packed head its packed forwards
-back; strict greedy decoding with an int8 head still reproduces the target; `auto` uses int8 only
-where the (mocked) timing says it pays, caches that and measures a corrupt entry again; a float32
-or compiled head is refused for `on` in one line; bad values are one line, exit code 2."""
+back; a float32 head's products run on bfloat16 activations; strict greedy decoding with an int8
+head still reproduces the target; `auto` uses int8 only where the (mocked) timing says it pays,
+caches that and measures a corrupt entry again; a float16 or compiled head is refused for `on` in
+one line; bad values are one line, exit code 2."""
 
 from __future__ import annotations
 
@@ -130,16 +131,17 @@ def test_autograd_takes_the_full_product(bf16_target):
 
 
 # ----------------------------------------------------------------------------- decoding
+@pytest.mark.parametrize("head_dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("seed", range(3))
-def test_strict_greedy_with_an_int8_head_reproduces_the_target(tiny_target, seed, monkeypatch):
-    """The oracle: a float32 target, strict greedy verification, a bfloat16 head drafting on int8
-    rows (its drafts are its own; the output must be the target's, token for token)."""
+def test_strict_greedy_with_an_int8_head_reproduces_the_target(tiny_target, seed, head_dtype, monkeypatch):
+    """The oracle: a float32 target, strict greedy verification, a bfloat16 or float32 head drafting
+    on int8 rows (its drafts are its own; the output must be the target's, token for token)."""
     calls = counted_int8_products(monkeypatch)
     rng = random.Random(seed)
     prompt = random_prompt(rng, len(tiny_target.tokenizer), 15)
     expected = hf_greedy(tiny_target, prompt, 30)
-    head = bf16_head(tiny_target, seed).attach(tiny_target.model)
-    assert int8.install(head) == len(int8.eligible(head))
+    head = bf16_head(tiny_target, seed).to(head_dtype).attach(tiny_target.model)
+    assert int8.install(head) == len(int8.eligible(head)) > 0
     for shape in (TreeShape(1, 4), TreeShape(4, 12)):
         drafter = HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=shape)
         assert decode_all(tiny_target, drafter, prompt, 30, Verifier("strict"), 4, shape.tokens) == expected
@@ -204,16 +206,43 @@ def test_the_real_measurement_times_both_and_leaves_the_head_as_it_was(bf16_targ
     assert not int8.installed(head) and all("forward" not in layer.__dict__ for layer in int8.eligible(head))
 
 
-def test_a_float32_or_compiled_head_drafts_on_its_own_weights(tiny_target, bf16_target):
-    float_head = new_eagle3_head(tiny_target, torch.arange(40), {}).eval()
-    choice = int8.settle(float_head, tiny_target, "auto")
-    assert not choice.used and "bfloat16 head" in choice.problem and not int8.installed(float_head)
-    with pytest.raises(UserError, match="--int8-head on: only a bfloat16 head"):
-        int8.settle(float_head, tiny_target, "on")
+def test_a_float16_or_compiled_head_drafts_on_its_own_weights(tiny_target, bf16_target):
+    half_head = new_eagle3_head(tiny_target, torch.arange(40), {}).eval().half()
+    choice = int8.settle(half_head, tiny_target, "auto")
+    assert not choice.used and "bfloat16 or float32 head" in choice.problem and not int8.installed(half_head)
+    with pytest.raises(UserError, match="--int8-head on: only a bfloat16 or float32 head"):
+        int8.settle(half_head, tiny_target, "on")
     head = bf16_head(bf16_target)
     assert "compiled" in int8.settle(head, bf16_target, "auto", compiled=True).problem
     assert int8.settle(head, bf16_target, "on").used and int8.installed(head)
     assert not int8.settle(head, bf16_target, "off").used and not int8.installed(head)
+
+
+def test_a_float32_head_multiplies_in_bfloat16_and_answers_in_float32(tiny_target, monkeypatch):
+    """A float32 head's int8 products take bfloat16 activations (the kernel's float32 path is slow)
+    and hand float32 back: the rest of the head runs as before."""
+    calls: list[torch.dtype] = []
+    product = torch._weight_int8pack_mm
+    monkeypatch.setattr(torch, "_weight_int8pack_mm", lambda x, rows, scales: calls.append(x.dtype) or product(x, rows, scales))
+    head = bf16_head(tiny_target).float()
+    x = torch.randn(3, head.fc.in_features)
+    with torch.inference_mode():
+        expected = F.linear(x, head.fc.weight)
+        assert int8.settle(head, tiny_target, "on").used
+        calls.clear()  # the probe's product
+        got = head.fc(x)
+    assert got.dtype == torch.float32 and calls == [torch.bfloat16]
+    assert torch.allclose(got, expected, rtol=0, atol=int8.TOLERANCE * float(expected.abs().max()))
+
+
+def test_a_head_with_non_finite_weights_keeps_them(bf16_target):
+    """Rounded to int8 a NaN or infinite weight would turn finite, hiding a broken head from the
+    drafter's own NaN check (it stops drafting with one note): such a head is left as it is."""
+    head = bf16_head(bf16_target)
+    with torch.no_grad():
+        head.lm_head.weight[3, 5] = float("nan")
+    assert int8.problem(head) == "the draft head's weights are not all finite"
+    assert not int8.settle(head, bf16_target, "auto").used and not int8.installed(head)
 
 
 # ----------------------------------------------------------------------------- the flag

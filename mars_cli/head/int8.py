@@ -1,4 +1,4 @@
-"""`--int8-head`: a bfloat16 draft head's linear layers on int8 weights (CPU).
+"""`--int8-head`: a draft head's linear layers on int8 weights (CPU).
 
 Inside a round the target's pass (270 MB for SmolLM2-135M) evicts the head's ~20 MB of weights
 from the CPU's caches, so the round's first head step reads them from memory again. Each linear's
@@ -10,8 +10,11 @@ quarter to a third off a round's drafting against dense bfloat16 linears, 2-7% a
 The drafts may change slightly (the head's scores are rounded differently); the output cannot:
 verification decides every token against the target (docs/head.md measures the acceptance).
 
-Only bfloat16 heads on the CPU: the kernel's float32 path was 3x slower than float32's own
-product on the AMD EPYC it was measured on. Whether int8 pays is measured, never assumed
+Bfloat16 and float32 heads on the CPU. The product runs on bfloat16 activations whatever the
+head's dtype (a float32 head's are cast, its outputs cast back): the kernel's float32 path was 3x
+slower than float32's own product on the AMD EPYC it was measured on, while a float32 head on int8
+rows drafted a round in a third of its float32 time there. Drafts never touch the output, so a
+float32 session stays exact. Whether int8 pays is measured, never assumed
 (`choose`: drafting blocks with the head's weights evicted, full and int8 interleaved, once per
 model, head shape, device and torch, cached under `<cache>/int8-head/`), as packing is
 (mars_cli/packing.py). A layer whose weight changes after it was quantized (the dtype chooser
@@ -32,6 +35,8 @@ from ..decoding import cost
 from ..errors import UserError, first_line
 
 MODES = ("auto", "on", "off")
+HEAD_DTYPES = (torch.bfloat16, torch.float32)  # the heads int8 rows serve
+ACTIVATIONS = torch.bfloat16  # what the int8 product multiplies them with
 SCHEMA = 1
 FOLDER = "int8-head"  # <cache>/int8-head/<hash of the key>.json
 # the kernel reads the inputs' last dimension in vector blocks: widths that are not a multiple of 8
@@ -67,18 +72,19 @@ class Int8Choice:
 
 
 def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of `weight` [out, in] as int8 and one scale per row, in the weight's dtype (what the
-    kernel takes): row * 127 / max |row|, rounded. An all-zero row keeps a tiny scale, not zero."""
+    """Rows of `weight` [out, in] as int8 and one bfloat16 scale per row (the kernel takes scales in
+    its activations' dtype): row * 127 / max |row|, rounded. An all-zero row keeps a tiny scale."""
     rows = weight.detach().float()
     scales = rows.abs().amax(dim=1).clamp(min=1e-12) / 127.0
     quantized = torch.round(rows / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
-    return quantized, scales.to(weight.dtype)
+    return quantized, scales.to(ACTIVATIONS)
 
 
 def eligible(head: torch.nn.Module) -> list[torch.nn.Linear]:
-    """The linears int8 applies to: bfloat16 weights on the CPU, inputs a multiple of WIDTH_MULTIPLE wide."""
+    """The linears int8 applies to: bfloat16 or float32 weights on the CPU, inputs a multiple of
+    WIDTH_MULTIPLE wide."""
     return [module for module in head.modules() if isinstance(module, torch.nn.Linear)
-            and module.weight.device.type == "cpu" and module.weight.dtype == torch.bfloat16
+            and module.weight.device.type == "cpu" and module.weight.dtype in HEAD_DTYPES
             and module.in_features % WIDTH_MULTIPLE == 0]
 
 
@@ -86,11 +92,14 @@ def problem(head: torch.nn.Module) -> str | None:
     """Why this head's linears cannot run on int8 weights here (one sentence), or None."""
     layers = eligible(head)
     if not layers:
-        return "only a bfloat16 head on the CPU drafts on int8 weights"
+        return "only a bfloat16 or float32 head on the CPU drafts on int8 weights"
     if not hasattr(torch, "_weight_int8pack_mm"):
         return f"torch {torch.__version__} has no weight-only int8 product"
+    if not all(bool(torch.isfinite(layer.weight).all()) for layer in layers):
+        # rounded to int8 they would turn finite, hiding a broken head from the drafter's NaN check
+        return "the draft head's weights are not all finite"
     layer = layers[0]
-    probe = torch.randn(FRONTIER, layer.in_features, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    probe = torch.randn(FRONTIER, layer.in_features, generator=torch.Generator().manual_seed(0)).to(layer.weight.dtype)
     try:
         with torch.inference_mode():
             got = _Int8Forward(layer).product(probe).float()
@@ -99,7 +108,7 @@ def problem(head: torch.nn.Module) -> str | None:
         return f"torch cannot multiply by int8 weights on this CPU ({first_line(exc)})"
     scale = float(expected.abs().max()) or 1.0
     if not torch.allclose(got, expected, rtol=0, atol=TOLERANCE * scale):
-        return "the int8 product differs from the bfloat16 one on this CPU"
+        return "the int8 product differs from the full-precision one on this CPU"
     return None
 
 
@@ -114,8 +123,9 @@ class _Int8Forward:
         self.rows, self.scales = quantize(layer.weight)
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1]).contiguous()
-        out = torch._weight_int8pack_mm(flat, self.rows, self.scales).reshape(*x.shape[:-1], self.rows.shape[0])
+        flat = x.reshape(-1, x.shape[-1]).to(ACTIVATIONS).contiguous()
+        out = torch._weight_int8pack_mm(flat, self.rows, self.scales).to(x.dtype)
+        out = out.reshape(*x.shape[:-1], self.rows.shape[0])
         return out if self.layer.bias is None else out + self.layer.bias
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -177,9 +187,10 @@ def settle(head: torch.nn.Module, target, mode: str, compiled: bool = False) -> 
 
 def int8_key(head: torch.nn.Module, target) -> dict:
     """What the measurement depends on that can change between runs on one machine: the machine,
-    the target (whose pass evicts the head), the head's linears' shapes and whether they were packed."""
+    the target (whose pass evicts the head), the head's dtype, its linears' shapes and whether they
+    were packed."""
     layers = eligible(head)
-    return {**cost.machine_key(target.fingerprint, target.device),
+    return {**cost.machine_key(target.fingerprint, target.device), "dtype": str(head.fc.weight.dtype).replace("torch.", ""),
             "linears": [list(layer.weight.shape) for layer in layers],
             "packed": any(isinstance(layer.__dict__.get("forward"), packing.PackedForward) for layer in layers)}
 
@@ -298,9 +309,9 @@ def time_blocks(block: Callable[[str], float], deadline: float | None) -> dict[s
 
 def describe(choice: Int8Choice) -> str:
     """The one line a measured choice is announced with."""
-    verdict = "int8" if choice.used else "its own bfloat16"
+    verdict = "int8" if choice.used else "its own"
     line = (f"--int8-head auto: the draft head's linears on {verdict} weights (a round's drafting, its weights "
-            f"evicted: {choice.ms_full:.1f} ms bfloat16, {choice.ms_int8:.1f} ms int8"
+            f"evicted: {choice.ms_full:.1f} ms on its own, {choice.ms_int8:.1f} ms on int8"
             f"{', timed twice: a close call' if choice.timed_twice else ''})"
             if choice.ms_full is not None and choice.ms_int8 is not None
             else f"--int8-head auto: the draft head's linears on {verdict} weights")
