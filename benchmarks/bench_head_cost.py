@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from mars_cli.decoding.cost import _cpu_matrix_flags, _cpu_name
+from mars_cli.decoding.cost import machine_facts
 from mars_cli.head.model import HeadCache
 from mars_cli.head.train import new_eagle3_head
 from mars_cli.models import load_model
@@ -72,8 +72,7 @@ def main() -> None:
         chain, level = (statistics.median(times[(key, w)]) for w in (1, FRONTIER))
         rows.append({"vocab": key[0], "dtype": key[1], "chain_step_ms": round(chain, 3),
                      "tree_level_ms": round(level, 3)})
-    machine = {"cpu": _cpu_name(), "flags": _cpu_matrix_flags(), "threads": torch.get_num_threads(),
-               "torch": torch.__version__}
+    machine = machine_facts()
     print(json.dumps(machine))
     print("| draft vocabulary | dtype | chain step (ms) | tree level of 4 (ms) |")
     print("|---|---|---|---|")

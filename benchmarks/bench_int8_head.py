@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from mars_cli import packing
-from mars_cli.decoding.cost import _cpu_matrix_flags, _cpu_name
+from mars_cli.decoding.cost import machine_facts
 from mars_cli.head import int8
 from mars_cli.head.drafter import load_head
 from mars_cli.models import load_model
@@ -46,8 +46,7 @@ def main() -> None:
             choice = int8.measure(head, target, int8.int8_key(head, target))
             rows.append({"run": run, "against": side, "ms_full": round(choice.ms_full, 3),
                          "ms_int8": round(choice.ms_int8, 3), "ratio": round(choice.ms_int8 / choice.ms_full, 3)})
-    machine = {"cpu": _cpu_name(), "flags": _cpu_matrix_flags(), "threads": torch.get_num_threads(),
-               "torch": torch.__version__, "dtype": args.dtype}
+    machine = {**machine_facts(), "dtype": args.dtype}
     print(json.dumps(machine))
     print("| run | the head's own linears | own (ms) | int8 rows (ms) | int8 / own |")
     print("|---|---|---|---|---|")

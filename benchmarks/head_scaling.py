@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from mars_cli.decoding.cost import _cpu_matrix_flags, _cpu_name
+from mars_cli.decoding.cost import machine_facts
 from mars_cli.head.data import extract_features, read_generations
 from mars_cli.head.drafter import load_head
 from mars_cli.head.train import (HeldOut, TrainSettings, feature_layers, held_out_acceptance, held_out_divergence,
@@ -212,8 +212,7 @@ def main() -> None:
     train_set, held_set = split(sequences)
     held_greedy = [s for s in held_set if s.mode == "greedy"]
     total_tokens = sum(len(s.output_ids) for s in train_set)
-    machine = {"cpu": _cpu_name(), "flags": _cpu_matrix_flags(), "threads": torch.get_num_threads(),
-               "torch": torch.__version__, "training_answers": len(train_set), "training_answer_tokens": total_tokens,
+    machine = {**machine_facts(), "training_answers": len(train_set), "training_answer_tokens": total_tokens,
                "held_out_answers": len(held_greedy), "held_out_answer_tokens": sum(len(s.output_ids) for s in held_greedy)}
     (args.out / "data.json").write_text(json.dumps(machine, indent=1) + "\n")
     print(json.dumps(machine), flush=True)

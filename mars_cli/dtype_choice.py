@@ -342,10 +342,8 @@ def describe(choice: DtypeChoice) -> str:
     refused = [f"{c.dtype} not usable here: {c.problem}" for c in choice.candidates if not c.usable]
     if refused:
         line += "; " + "; ".join(refused)
-    if choice.unsaved is None:
-        return line + ("; measured once per model, device and torch version, then cached (`mars profile --dtypes` "
-                       "shows it; --dtype float32 is the exact mode)")
-    return line + f"; for this run only ({choice.unsaved}), measured again next time"
+    return cost.announced(line, choice.unsaved, "model, device and torch version, then cached (`mars profile --dtypes` "
+                                                "shows it; --dtype float32 is the exact mode)")
 
 
 def _label(candidate: Candidate) -> str:

@@ -232,10 +232,7 @@ def load_cached(key: dict) -> PackingChoice | None:
         return None
     try:
         packed, dense_ms, packed_ms = data["packed"], data["ms_dense"], data["ms_packed"]
-        times = (dense_ms, packed_ms)
-        if not isinstance(packed, bool) or not all(isinstance(ms, (int, float)) and not isinstance(ms, bool)
-                                                   and cost.MIN_PLAUSIBLE_MS <= ms <= cost.MAX_PLAUSIBLE_MS
-                                                   for ms in times):
+        if not isinstance(packed, bool) or not cost.plausible_times(dense_ms, packed_ms):
             return None
     except cost.ENTRY_ERRORS:
         return None
@@ -315,6 +312,4 @@ def describe(choice: PackingChoice) -> str:
             f"{', timed twice: a close call' if choice.timed_twice else ''})"
             if choice.ms_dense is not None and choice.ms_packed is not None
             else f"--packed-weights auto: the target's bfloat16 linears {verdict}")
-    if choice.unsaved is None:
-        return line + "; measured once per model, device, dtype and torch version, then cached"
-    return line + f"; for this run only ({choice.unsaved}), measured again next time"
+    return cost.announced(line, choice.unsaved, "model, device, dtype and torch version, then cached")

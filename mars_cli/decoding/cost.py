@@ -363,6 +363,28 @@ def read_entry(path: Path, schema: int, key: dict) -> dict | None:
 ENTRY_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)  # a malformed entry's fields
 
 
+def machine_facts() -> dict:
+    """The CPU, its matrix instruction sets, the threads and torch: what a benchmark's figures are
+    printed and stored beside (never carried from one machine to another)."""
+    return {"cpu": _cpu_name(), "flags": _cpu_matrix_flags(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__}
+
+
+def plausible_times(*times: object) -> bool:
+    """Whether every time a cached choice records (a dtype's, packing's, the int8 head's) is a number
+    a real measurement could give: not a bool, between MIN_PLAUSIBLE_MS and MAX_PLAUSIBLE_MS."""
+    return all(isinstance(ms, (int, float)) and not isinstance(ms, bool) and MIN_PLAUSIBLE_MS <= ms <= MAX_PLAUSIBLE_MS
+               for ms in times)
+
+
+def announced(line: str, unsaved: str | None, scope: str) -> str:
+    """A measured choice's note: `line`, then that it was cached (measured once per `scope`) or,
+    with `unsaved` (why not), that it serves this run only."""
+    if unsaved is None:
+        return f"{line}; measured once per {scope}"
+    return f"{line}; for this run only ({unsaved}), measured again next time"
+
+
 def plausible(ms_by_width: dict[int, float]) -> dict[int, float]:
     """The widths whose cost could be a real forward's: a hand-edited or corrupted file may hold
     well-formed nonsense (every width 1e-9 ms, or 1e9 ms), and a curve trusted as it is decides

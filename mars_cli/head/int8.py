@@ -202,9 +202,7 @@ def load_cached(key: dict) -> Int8Choice | None:
         return None
     try:
         used, full_ms, int8_ms = data["used"], data["ms_full"], data["ms_int8"]
-        if not isinstance(used, bool) or not all(isinstance(ms, (int, float)) and not isinstance(ms, bool)
-                                                 and cost.MIN_PLAUSIBLE_MS <= ms <= cost.MAX_PLAUSIBLE_MS
-                                                 for ms in (full_ms, int8_ms)):
+        if not isinstance(used, bool) or not cost.plausible_times(full_ms, int8_ms):
             return None
     except cost.ENTRY_ERRORS:
         return None
@@ -315,6 +313,4 @@ def describe(choice: Int8Choice) -> str:
             f"{', timed twice: a close call' if choice.timed_twice else ''})"
             if choice.ms_full is not None and choice.ms_int8 is not None
             else f"--int8-head auto: the draft head's linears on {verdict} weights")
-    if choice.unsaved is None:
-        return line + "; measured once per model, head shape, device and torch version, then cached"
-    return line + f"; for this run only ({choice.unsaved}), measured again next time"
+    return cost.announced(line, choice.unsaved, "model, head, dtype, device and torch version, then cached")
