@@ -73,8 +73,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
                "accepted falls below this (0 always drafts --num-draft)."),
     _flag("int8_head", str, "auto", "--int8-head", rich_help_panel=DECODING,
           help="Draft head only: run the head's linear layers on int8 weights (a half or a quarter of the bytes "
-               "each drafting step reads): 'on', 'off', or 'auto' (on where a measurement here says it pays: once per model, "
-               "head shape, device and torch, cached). Drafts may differ slightly; the output never does."),
+               "each drafting step reads): 'on', 'off', or 'auto' (on where a measurement here says it pays: "
+               "once per model, head, dtype, device and torch, cached). Drafts may differ slightly; the output "
+               "never does."),
     _flag("max_new_tokens", int, 128, "--max-new-tokens", "-n", rich_help_panel=DECODING,
           help="Stop after this many new tokens."),
     _flag("temperature", float, 0.0, "--temperature", rich_help_panel=SAMPLING,

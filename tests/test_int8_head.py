@@ -223,7 +223,8 @@ def test_a_float32_head_multiplies_in_bfloat16_and_answers_in_float32(tiny_targe
     and hand float32 back: the rest of the head runs as before."""
     calls: list[torch.dtype] = []
     product = torch._weight_int8pack_mm
-    monkeypatch.setattr(torch, "_weight_int8pack_mm", lambda x, rows, scales: calls.append(x.dtype) or product(x, rows, scales))
+    monkeypatch.setattr(torch, "_weight_int8pack_mm",
+                        lambda x, rows, scales: calls.append(x.dtype) or product(x, rows, scales))
     head = bf16_head(tiny_target).float()
     x = torch.randn(3, head.fc.in_features)
     with torch.inference_mode():

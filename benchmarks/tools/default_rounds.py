@@ -48,7 +48,8 @@ def main() -> None:
     sessions = {"plain": plain}
     for rule in rules:  # "default": the default with strict verification; "default-mars" with MARS
         for int8 in int8_settings:
-            name = ("default" if rule == "strict" else f"default-{rule}") + (f"-int8-{int8}" if len(int8_settings) > 1 else "")
+            name = "default" if rule == "strict" else f"default-{rule}"
+            name += f"-int8-{int8}" if len(int8_settings) > 1 else ""
             sessions[name] = Session(DecodingOptions.of(dtype=args.dtype, draft="auto", num_draft="auto", verify=rule,
                                                         int8_head=int8, max_new_tokens=args.max_new_tokens),
                                      target=plain.target)

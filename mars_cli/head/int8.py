@@ -190,7 +190,8 @@ def int8_key(head: torch.nn.Module, target) -> dict:
     the target (whose pass evicts the head), the head's dtype, its linears' shapes and whether they
     were packed."""
     layers = eligible(head)
-    return {**cost.machine_key(target.fingerprint, target.device), "dtype": str(head.fc.weight.dtype).replace("torch.", ""),
+    return {**cost.machine_key(target.fingerprint, target.device),
+            "dtype": str(head.fc.weight.dtype).replace("torch.", ""),
             "linears": [list(layer.weight.shape) for layer in layers],
             "packed": any(isinstance(layer.__dict__.get("forward"), packing.PackedForward) for layer in layers)}
 
