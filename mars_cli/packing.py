@@ -102,6 +102,14 @@ def weight_identity(weight: torch.Tensor) -> tuple:
     return weight.data_ptr(), weight.dtype, tuple(weight.shape), version
 
 
+def copy_serves(x: torch.Tensor, weight: torch.Tensor, source: tuple) -> bool:
+    """Whether a product on a copy made of `weight` when its identity was `source` (packed here,
+    int8 rows in head/int8.py) may stand in for `F.linear(x, weight)`: the weight unchanged, `x`
+    of its dtype, and no gradient asked for."""
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    return not needs_grad and x.dtype == weight.dtype and weight_identity(weight) == source
+
+
 class PackedForward:
     """One linear layer's forward on its packed weight, falling back to `F.linear` when the
     weight is no longer what was packed (swapped, cast or written since) or autograd needs the product."""
@@ -115,10 +123,8 @@ class PackedForward:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.layer.bias, "none", [], "")
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        weight = self.layer.weight
-        needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-        if needs_grad or x.dtype != weight.dtype or weight_identity(weight) != self.source:
-            return F.linear(x, weight, self.layer.bias)
+        if not copy_serves(x, self.layer.weight, self.source):
+            return F.linear(x, self.layer.weight, self.layer.bias)
         return self.product(x)
 
 

@@ -96,16 +96,25 @@ def test_quantized_rows_span_int8_and_rebuild_the_weight():
     assert torch.allclose(rebuilt, weight.float(), rtol=0, atol=float(weight.float().abs().max()) / 127)
 
 
-def test_a_packed_head_gets_its_packed_forwards_back(bf16_target):
+def test_a_head_gets_its_previous_forwards_back(bf16_target):
+    """Int8 rows replace whatever forward a layer had (packed, in a session that packs) and `remove`
+    hands that one back; a product the int8 rows cannot serve runs it too."""
     head = bf16_head(bf16_target)
-    if packing.problem(head) is not None:
-        pytest.skip("no oneDNN packed bfloat16 product here")
-    packing.install(head)
-    packed = {layer: layer.__dict__["forward"] for layer in int8.eligible(head)}
+    seen: list[torch.nn.Linear] = []
+
+    def own(layer: torch.nn.Linear):
+        return lambda x: seen.append(layer) or F.linear(x, layer.weight)
+
+    previous = {layer: own(layer) for layer in int8.eligible(head)}
+    for layer, forward in previous.items():
+        layer.forward = forward
     int8.install(head)
-    assert not packing.installed(head)
+    assert all(layer.__dict__["forward"] is not forward for layer, forward in previous.items())
+    x = torch.randn(2, head.fc.in_features).to(torch.bfloat16)
+    head.fc(x.requires_grad_())  # autograd: the previous forward
+    assert seen == [head.fc]
     int8.remove(head)
-    assert all(layer.__dict__["forward"] is forward for layer, forward in packed.items())
+    assert all(layer.__dict__["forward"] is forward for layer, forward in previous.items())
 
 
 def test_a_written_weight_is_never_read_stale(bf16_target):
@@ -150,16 +159,18 @@ def test_strict_greedy_with_an_int8_head_reproduces_the_target(tiny_target, seed
 
 # ----------------------------------------------------------------------------- choosing
 def fake_blocks(monkeypatch, full_ms: float, int8_ms: float) -> list[str]:
-    """time_blocks mocked: fixed block times per variant, each variant's real block still run once."""
+    """cost.time_interleaved mocked: fixed block times per variant, each variant's real block (its
+    eviction first) still run once."""
     runs: list[str] = []
 
-    def timed(block, deadline):
-        for variant in int8.VARIANTS:
-            assert block(variant) > 0
+    def timed(run, items, repeats, synchronize=lambda: None, deadline=None, prepare=lambda item: None):
+        for variant in items:
+            prepare(variant)
+            run(variant)
             runs.append(variant)
-        return {"full": [full_ms] * int8.REPEATS, "int8": [int8_ms] * int8.REPEATS}
+        return {"full": [full_ms] * repeats, "int8": [int8_ms] * repeats}
 
-    monkeypatch.setattr(int8, "time_blocks", timed)
+    monkeypatch.setattr(cost, "time_interleaved", timed)
     return runs
 
 

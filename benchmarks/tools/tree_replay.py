@@ -117,6 +117,20 @@ def main() -> None:
     target = load_model("smollm2-135m", device="cpu", dtype=args.dtype)
     topk, nodes = (int(v) for v in args.shape.split("x"))
     float_target = None  # for `features32`: the answers' features from a float32 forward, cast to the head's dtype
+    computed: dict[tuple[bool, int], torch.Tensor] = {}  # (features32, row) -> features: once for every variant
+
+    def features_of(index: int, float32: bool, layers: tuple[int, ...]) -> torch.Tensor:
+        nonlocal float_target
+        if (float32, index) not in computed:
+            if float32 and float_target is None:
+                float_target = load_model("smollm2-135m", device="cpu", dtype="float32")
+            source = float_target if float32 else target
+            row = rows[index]
+            with torch.inference_mode():
+                out = source.model(input_ids=torch.tensor([row["prompt"] + row["answer"]]), output_hidden_states=True)
+            computed[(float32, index)] = select_features(out.hidden_states, layers)[0].to(target.dtype)
+        return computed[(float32, index)]
+
     results = {}
     for name, settings in parse_variants(args.variants).items():
         head = load_head(args.head, target)
@@ -131,15 +145,9 @@ def main() -> None:
         drafter = HeadDrafter(head, target, SamplingParams(0.0), shape=shape)
         per_suite: dict[str, list[int]] = {}
         levels = [0] * depth
-        source = target
-        if settings.get("features32"):
-            float_target = float_target or load_model("smollm2-135m", device="cpu", dtype="float32")
-            source = float_target
         with torch.inference_mode():
-            for row in rows:
-                ids = torch.tensor([row["prompt"] + row["answer"]])
-                out = source.model(input_ids=ids, output_hidden_states=True)
-                features = select_features(out.hidden_states, drafter.feature_layers)[0].to(target.dtype)
+            for index, row in enumerate(rows):
+                features = features_of(index, bool(settings.get("features32")), drafter.feature_layers)
                 tokens, rounds, by_depth = replay(drafter, features, row["prompt"], row["answer"], depth)
                 per_suite.setdefault(row["suite"], [0, 0])
                 per_suite[row["suite"]][0] += tokens

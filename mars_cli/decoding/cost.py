@@ -453,16 +453,19 @@ def _now() -> float:
 
 
 def time_interleaved(run: Callable[[T], None], items: Sequence[T], repeats: int,
-                     synchronize: Callable[[], None] = lambda: None, deadline: float | None = None) -> dict[T, list[float]]:
+                     synchronize: Callable[[], None] = lambda: None, deadline: float | None = None,
+                     prepare: Callable[[T], None] = lambda item: None) -> dict[T, list[float]]:
     """Milliseconds of each call `run(item)`, `repeats` of them per item: each item warmed up once
     just before its first timing, then items interleaved within each further repeat (A B A B:
     drift on a shared machine then spreads over all items alike). With a `deadline` (on
     `_now()`), stop once it has passed and keep what was timed: the first item is always timed
     (once, unwarmed, when the deadline has passed already), items not reached are left out, and
-    the items reached keep the repeats they got."""
+    the items reached keep the repeats they got. `prepare(item)` runs before each call, untimed
+    (the int8 head's measurement evicts the head's weights there, as a round's target pass does)."""
     samples: dict[T, list[float]] = {}
 
     def timed(item: T) -> None:
+        prepare(item)
         synchronize()
         start = _now()
         run(item)
@@ -476,6 +479,7 @@ def time_interleaved(run: Callable[[T], None], items: Sequence[T], repeats: int,
         if out_of_time():
             break
         if deadline is None or _now() < deadline:  # (a prefill that spent the budget warmed up the first)
+            prepare(item)
             run(item)  # warm-up: an item's first call pays for allocation
         timed(item)
     reached = list(samples)

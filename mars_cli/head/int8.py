@@ -24,7 +24,6 @@ swaps weights in place) or whose product autograd needs runs its previous forwar
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -129,10 +128,8 @@ class _Int8Forward:
         return out if self.layer.bias is None else out + self.layer.bias
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        weight = self.layer.weight
-        needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-        if needs_grad or x.dtype != weight.dtype or packing.weight_identity(weight) != self.source:
-            return self.previous(x) if self.previous is not None else F.linear(x, weight, self.layer.bias)
+        if not packing.copy_serves(x, self.layer.weight, self.source):
+            return self.previous(x) if self.previous is not None else F.linear(x, self.layer.weight, self.layer.bias)
         return self.product(x)
 
 
@@ -256,11 +253,14 @@ def measure(head: torch.nn.Module, target, key: dict, deadline: float | None = N
             else:
                 layer.forward = forward
 
-    def block(variant: str) -> float:
+    def evict(variant: str) -> None:
+        """The variant's forwards in place, then a target step, untimed: the head's weights leave the caches."""
         use(variant)
         evictor.forward(step.to(target.device))
         evictor.truncate(cost.CONTEXT_TOKENS)
-        start = cost._now()
+
+    def block(variant: str) -> None:
+        """A round's drafting: the true pairs read and scored, then LEVELS levels of FRONTIER, each scored."""
         states = head.step(features[kept:], tokens[kept:], head_cache)
         torch.log_softmax(head.logits(states[-1:]).float(), dim=-1).topk(FRONTIER)
         fed = states[-1:].expand(FRONTIER, -1).contiguous()
@@ -269,19 +269,20 @@ def measure(head: torch.nn.Module, target, key: dict, deadline: float | None = N
             visible = torch.ones(FRONTIER, cached + FRONTIER, dtype=torch.bool, device=device)
             fed = head.step(fed, tokens[:FRONTIER], head_cache, torch.full((FRONTIER,), cached, device=device), visible)
             torch.log_softmax(head.logits(fed).float(), dim=-1).topk(FRONTIER)
-        elapsed = (cost._now() - start) * 1000
         head_cache.truncate(kept)
-        return elapsed
+
+    def timed(limit: float | None) -> dict[str, list[float]]:
+        return cost.time_interleaved(block, VARIANTS, REPEATS, deadline=limit, prepare=evict)
 
     timed_twice = False
     try:
         with torch.inference_mode():
             evictor.forward(context.to(target.device))
             head.step(features[:kept], tokens[:kept], head_cache)
-            blocks = time_blocks(block, deadline)
+            blocks = timed(deadline)
             full, int8 = (statistics.median(blocks[v]) for v in VARIANTS)
             if cost.close_call(int8 / full, PREFERENCE):
-                blocks = cost.pooled(blocks, time_blocks(block, None if deadline is None else cost._now() + BUDGET_S))
+                blocks = cost.pooled(blocks, timed(None if deadline is None else cost._now() + BUDGET_S))
                 timed_twice = True
     finally:
         use("full")
@@ -289,21 +290,6 @@ def measure(head: torch.nn.Module, target, key: dict, deadline: float | None = N
     short = any(len(blocks[v]) < REPEATS * (1 + timed_twice) for v in VARIANTS)
     unsaved = busy or (f"the measuring ran out of its {BUDGET_S:.0f} s" if short else None)
     return Int8Choice(int8 <= PREFERENCE * full, None, full, int8, key, unsaved=unsaved, timed_twice=timed_twice)
-
-
-def time_blocks(block: Callable[[str], float], deadline: float | None) -> dict[str, list[float]]:
-    """REPEATS timings of `block(variant)` for each of VARIANTS (each warmed up once first: a first
-    call pays for allocation), in alternating order (A B, B A: drift falls on both alike); with a
-    `deadline` (on cost._now()), it stops once that has passed and each variant has one."""
-    for variant in VARIANTS:
-        block(variant)
-    blocks: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
-    for repeat in range(REPEATS):
-        for variant in VARIANTS if repeat % 2 == 0 else VARIANTS[::-1]:
-            if deadline is not None and cost._now() >= deadline and all(blocks.values()):
-                return blocks
-            blocks[variant].append(block(variant))
-    return blocks
 
 
 def describe(choice: Int8Choice) -> str:
