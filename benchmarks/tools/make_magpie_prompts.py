@@ -20,6 +20,7 @@ the seed on the same CPU and torch (sampling draws from torch's generator).
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 from pathlib import Path
@@ -83,8 +84,6 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2033)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    import random
-
     from mars_cli.models import load_model
 
     target = load_model(args.target, device="cpu", dtype=args.dtype)
