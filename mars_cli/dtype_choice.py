@@ -49,7 +49,7 @@ import torch
 from . import notes
 from .decoding import cost
 from .decoding.acceptance import EARLY_HEAD, DraftAcceptance
-from .errors import first_line
+from .errors import KERNEL_FAILURES, first_line
 from .models import DTYPES, LoadedModel
 
 SCHEMA = 5  # 3: drafting sessions chosen for apart (the key's "decoding"); 4: bfloat16 timed packed;
@@ -387,7 +387,7 @@ def check_usable(target: LoadedModel, use: Callable[[str], None], names: Sequenc
             continue
         try:
             chosen, finite = _argmaxes(target, use, name, prompts)
-        except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
+        except KERNEL_FAILURES as exc:
             found.append(Candidate(name, False, problem=f"torch cannot run it ({first_line(exc)})"))
             continue
         agreement = float(torch.cat(chosen).eq(torch.cat(reference)).float().mean())

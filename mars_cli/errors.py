@@ -26,6 +26,11 @@ def check_seed(seed: int | None, flag: str = "--seed") -> None:
             f"{flag} must be an integer between {SEED_MIN} and {SEED_MAX}, got {seed}")
 
 
+# What torch raises when a kernel a probe tries is missing or refuses its input on this machine:
+# a probe catches these and returns its refusal as one line (the kernel is then not used).
+KERNEL_FAILURES = (RuntimeError, NotImplementedError, TypeError, ValueError)
+
+
 def first_line(error: BaseException) -> str:
     """An exception's message cut to its first line (what a one-line error shows), or its type's name."""
     text = str(error).strip()

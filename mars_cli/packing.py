@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from . import notes
 from .decoding import cost
-from .errors import UserError, first_line
+from .errors import KERNEL_FAILURES, UserError, first_line
 
 MODES = ("auto", "on", "off")
 SCHEMA = 1
@@ -87,7 +87,7 @@ def problem(model: torch.nn.Module) -> str | None:
         with torch.inference_mode():
             packed = PackedForward(layer, PACK_ROWS)
             got, expected = packed.product(probe).float(), F.linear(probe, layer.weight, layer.bias).float()
-    except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
+    except KERNEL_FAILURES as exc:
         return f"torch cannot pack bfloat16 weights on this CPU ({first_line(exc)})"
     scale = float(expected.abs().max()) or 1.0
     if not torch.allclose(got, expected, rtol=0, atol=TOLERANCE * scale):

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from .. import notes, packing
 from ..decoding import cost
-from ..errors import UserError, first_line
+from ..errors import KERNEL_FAILURES, UserError, first_line
 
 MODES = ("auto", "on", "off")
 HEAD_DTYPES = (torch.bfloat16, torch.float32)  # the heads int8 rows serve
@@ -103,7 +103,7 @@ def problem(head: torch.nn.Module) -> str | None:
         with torch.inference_mode():
             got = _Int8Forward(layer).product(probe).float()
             expected = F.linear(probe, layer.weight, layer.bias).float()
-    except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
+    except KERNEL_FAILURES as exc:
         return f"torch cannot multiply by int8 weights on this CPU ({first_line(exc)})"
     scale = float(expected.abs().max()) or 1.0
     if not torch.allclose(got, expected, rtol=0, atol=TOLERANCE * scale):
