@@ -177,6 +177,19 @@ def test_the_check_passes_a_working_bfloat16(tiny_target):
     assert found[1].agreement >= dtype_choice.MIN_AGREEMENT
 
 
+def test_the_check_reads_whole_prompts_in_order_until_it_has_enough_positions(tiny_target, monkeypatch):
+    """Three short prompts were once the whole check: 43 positions, too few to tell 88% from 95%."""
+    prompts = dtype_choice.check_prompts(tiny_target)
+    lengths = [row.numel() for row in prompts]
+    assert sum(lengths) >= dtype_choice.CHECK_POSITIONS  # the calibration prompts hold enough
+    assert sum(lengths[:-1]) < dtype_choice.CHECK_POSITIONS  # and no prompt past the one that reached it
+    assert max(lengths) <= dtype_choice.CHECK_TOKENS
+    texts = [json.loads(line)["prompt"] for line in dtype_choice.CALIBRATION_PROMPTS.read_text().splitlines()]
+    assert prompts[0].tolist() == list(tiny_target.tokenizer(texts[0])["input_ids"])[: dtype_choice.CHECK_TOKENS]
+    monkeypatch.setattr(dtype_choice, "CHECK_POSITIONS", 10**9)  # more than there are: every prompt, once
+    assert len(dtype_choice.check_prompts(tiny_target)) == len(texts)
+
+
 # ----------------------------------------------------------------------------- the cache
 def test_the_cache_is_keyed(tiny_dir, tiny_draft_dir, probe, monkeypatch):
     fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
