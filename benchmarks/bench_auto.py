@@ -9,6 +9,8 @@ in each, methods rotating per sample (A B C D / D C B A), on the eval suites' fi
 `--dtype auto` chooses here for each kind of session (measured, or read from the cache).
 `--packed-weights auto,off` also holds a target per packing mode (mars_cli/packing.py) and names
 each row by it: packed against dense linears, every other setting alike, interleaved.
+`--draft-lookup on,off` likewise runs the default with and without prompt lookup's branch grafted
+on its trees (the first mode is the one the `auto` ratio reads).
 
     python benchmarks/bench_auto.py --suites chat,code --limit 8 --out benchmarks/results/auto-<machine>.json
 """
@@ -47,16 +49,20 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--packed-weights", default="auto", help="packing modes, comma-separated (auto, on, off)")
+    parser.add_argument("--draft-lookup", default="on", help="the default's lookup modes, comma-separated (on, off)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
-    dtypes, modes = args.dtypes.split(","), args.packed_weights.split(",")
+    dtypes, modes, lookups = args.dtypes.split(","), args.packed_weights.split(","), args.draft_lookup.split(",")
     # a row's name: kind and dtype, and the packing mode when several are compared
     variants = {(dtype, mode): dtype if len(modes) == 1 else f"{dtype} packed:{mode}" for dtype in dtypes for mode in modes}
     targets = {variant: load_model("smollm2-135m", dtype=variant[0]) for variant in variants}
+    kinds = {"plain": KINDS["plain"]} | {  # the default once per lookup mode; its first mode keeps the plain name
+        "default" + ("" if index == 0 else f" lookup:{lookup}"): {**KINDS["default"], "draft_lookup": lookup}
+        for index, lookup in enumerate(lookups)}
     sessions = {f"{kind} {label}": Session(DecodingOptions.of(max_new_tokens=args.max_new_tokens, dtype=dtype,
                                                              packed_weights=mode, **options), target=targets[dtype, mode])
-                for kind, options in KINDS.items() for (dtype, mode), label in variants.items()}
+                for kind, options in kinds.items() for (dtype, mode), label in variants.items()}
     reference = (targets["float32", modes[0]] if "float32" in dtypes and modes[0] == "off"
                  else load_model("smollm2-135m", dtype="float32"))
     chosen = {}
@@ -92,7 +98,7 @@ def main() -> None:
               f"the default: default / plain = {auto_ratio:.3f}x")
     if args.out:
         write_record(args.out, suites=args.suites, limit=args.limit, max_new_tokens=args.max_new_tokens,
-                     packed_weights=modes, rows=rows,
+                     packed_weights=modes, draft_lookup=lookups, rows=rows,
                      auto=chosen, auto_default_vs_auto_plain=auto_ratio)
 
 

@@ -76,6 +76,10 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
                "each drafting step reads): 'on', 'off', or 'auto' (on where a measurement here says it pays: "
                "once per model, head, dtype, device and torch, cached). Drafts may differ slightly; the output "
                "never does."),
+    _flag("draft_lookup", str, "on", "--draft-lookup", rich_help_panel=DECODING,
+          help="Draft head trees only: graft prompt lookup's continuation (what followed the latest earlier "
+               "occurrence of the text's last 1-3 tokens) onto each tree as one more branch, verified in the "
+               "same pass: 'on' or 'off'. Off for chains and compiled scorers."),
     _flag("max_new_tokens", int, 128, "--max-new-tokens", "-n", rich_help_panel=DECODING,
           help="Stop after this many new tokens."),
     _flag("temperature", float, 0.0, "--temperature", rich_help_panel=SAMPLING,
@@ -114,7 +118,7 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
 GROUPS: dict[str, tuple[str, ...]] = {
     "model": ("target", "device", "dtype", "compile", "packed_weights", "device_map", "trust_remote_code",
               "allow_pickle"),
-    "drafting": ("draft", "num_draft", "draft_topk", "draft_tokens", "head_confidence", "int8_head"),
+    "drafting": ("draft", "num_draft", "draft_topk", "draft_tokens", "head_confidence", "int8_head", "draft_lookup"),
     "verification": ("verify", "threshold", "margin", "calibration", "force"),
     "sampling": ("temperature", "top_p", "top_k", "seed"),
 }

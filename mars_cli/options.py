@@ -75,6 +75,7 @@ class DraftOptions:
     draft_topk: int | str = AUTO  # children per tree node (1: a chain), or "auto" (decoding/cost.py)
     draft_tokens: int | str = AUTO  # nodes per tree, or "auto"
     int8_head: str = "auto"  # the draft head's linears on int8 weights: auto, on or off (head/int8.py)
+    draft_lookup: str = "on"  # draft head trees: prompt lookup's continuation grafted on as one more branch
 
     def __post_init__(self) -> None:
         for name in ("num_draft", "draft_topk", "draft_tokens"):  # "4" from the command line
@@ -108,6 +109,7 @@ class DraftOptions:
                 or (isinstance(self.draft_tokens, int) and 1 <= self.draft_tokens <= MAX_DRAFT_TOKENS),
                 f"--draft-tokens must be 'auto' or between 1 and {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")
         require(self.int8_head in ("auto", "on", "off"), f"--int8-head {self.int8_head}: expected auto, on or off")
+        require(self.draft_lookup in ("on", "off"), f"--draft-lookup {self.draft_lookup}: expected on or off")
 
 
 @dataclass(frozen=True)

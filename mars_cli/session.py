@@ -158,7 +158,7 @@ class Session:
             return NgramDrafter(self.target.device, shape)
         if kind == "head":
             return HeadDrafter(head, self.target, sampling.params, drafting.head_confidence, compile=self._compiled,
-                               shape=shape)
+                               shape=shape, lookup=drafting.draft_lookup == "on" and not self._compiled)
         return ModelDrafter(self.draft_model, sampling.params, shape, compile=self._compiled)
 
     @property
@@ -306,6 +306,7 @@ class Session:
             compiled=self.scorer.compiled,
             packed_weights=self.packing.packed,
             int8_head=self.int8_head.used,
+            draft_lookup=getattr(self.drafter, "lookup", None) is not None,
             torch_version=torch.__version__,
             threads=torch.get_num_threads(),
         )

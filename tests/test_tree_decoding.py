@@ -111,6 +111,7 @@ def test_head_and_ngram_trees_reproduce_the_target(tiny_target, seed):
     for topk, tokens in ((2, 5), (4, 12), (3, 20)):
         shape = TreeShape(topk, tokens)
         drafters = [HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=shape),
+                    HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=shape, lookup=True),
                     NgramDrafter(tiny_target.device, shape)]
         for drafter in drafters:
             stats = DecodeStats()
@@ -194,26 +195,30 @@ def test_past_a_sliding_window_trees_become_their_first_branch(tmp_path):
     assert 0 < stats.tree_rounds < stats.rounds  # trees early, chains past the window
 
 
-def test_sampled_decoding_with_draft_model_trees_follows_the_target(tiny_target, tiny_draft):
-    """End to end through the loop, sampling at T = 1 with draft-model trees (top-3, 8 nodes): the
-    first generated token, an accepted child of the root or the correction drawn after all were
-    rejected, follows the target's distribution."""
-    from mars_cli.decoding.drafters import ModelDrafter
+@pytest.mark.parametrize("kind", ["model", "head+lookup"])
+def test_sampled_tree_decoding_follows_the_target(tiny_target, tiny_draft, kind):
+    """End to end through the loop, sampling at T = 1 with draft-model trees (top-3, 8 nodes), or
+    head trees with prompt lookup's branch grafted on (a grafted branch is a proposal like any
+    other, verified as given): the first generated token, an accepted child of the root or the
+    correction drawn after all were rejected, follows the target's distribution."""
     from mars_cli.decoding.sampling import PositionNoise
 
     from .test_loop import assert_follows
 
     sampling = SamplingParams(1.0)
-    prompt = [5, 6, 7]
+    prompt = [5, 6, 7, 5, 6]  # lookup continues with 7, 5, 6
     with torch.no_grad():
         p_first = torch.softmax(tiny_target.model(torch.tensor([prompt])).logits[0, -1].float(), -1)
-    draws, counts = 1200, torch.zeros_like(p_first)
+    draws, tokens = (1200, 8) if kind == "model" else (800, 6)
+    counts = torch.zeros_like(p_first)
     verifier = Verifier("strict", sampling=sampling)
-    drafter = ModelDrafter(tiny_draft, sampling, TreeShape(3, 8))
+    drafter = (ModelDrafter(tiny_draft, sampling, TreeShape(3, tokens)) if kind == "model" else
+               HeadDrafter(random_head(tiny_target, seed=2), tiny_target, sampling, shape=TreeShape(3, tokens),
+                           lookup=True))
     stats = DecodeStats()
     for draw in range(draws):
         noise = PositionNoise(draw, tiny_target.vocab_size)
-        first = decode_all(tiny_target, drafter, prompt, 2, verifier, 3, 8, noise, stats)[0]
+        first = decode_all(tiny_target, drafter, prompt, 2, verifier, 3, tokens, noise, stats)[0]
         counts[first] += 1
     assert_follows(counts, p_first, draws)
     assert stats.tree_rounds > 0
@@ -233,6 +238,7 @@ def test_every_drafter_and_shape_reproduces_the_target(tiny_target, tiny_draft, 
         expected = hf_greedy(tiny_target, prompt, 24)
         drafters = [NoDrafter(tiny_target.device), NgramDrafter(tiny_target.device, shape),
                     HeadDrafter(head, tiny_target, greedy, shape=shape),
+                    HeadDrafter(head, tiny_target, greedy, shape=shape, lookup=True),
                     ModelDrafter(tiny_draft, greedy, shape)]
         for drafter in drafters:
             for verifier in (Verifier("strict"), Verifier("mars", threshold=1.0)):
@@ -242,3 +248,99 @@ def test_every_drafter_and_shape_reproduces_the_target(tiny_target, tiny_draft, 
                 assert tokens == expected, (drafter.name, shape, verifier.rule)
                 if shape.branches and drafter.name in ("head", "model"):
                     assert stats.tree_rounds > 0
+
+
+class RecordingTrees:
+    """Wraps a drafter and keeps every tree it proposes (the loop sees the same trees)."""
+
+    def __init__(self, drafter):
+        self.drafter, self.trees = drafter, []
+
+    def __getattr__(self, name):
+        return getattr(self.drafter, name)
+
+    def __setattr__(self, name, value):
+        if name in ("drafter", "trees"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.drafter, name, value)
+
+    def propose(self, history, depth):
+        tree = self.drafter.propose(history, depth)
+        self.trees.append((history.clone(), depth, tree))
+        return tree
+
+
+@pytest.mark.parametrize("rule", ["strict", "mars"])
+def test_lookup_grafts_the_repeated_text_onto_head_trees(tiny_target, rule):
+    """With `lookup`, a head tree keeps its own nodes first, in order, and adds what prompt lookup
+    continues with (the text after the latest earlier occurrence of its last tokens) as one more
+    branch: on a prompt that repeats itself the trees grow past the head's nodes, and decoding
+    still reproduces the target (strict, and MARS at a threshold nothing passes)."""
+    rng = random.Random(8)
+    vocab = len(tiny_target.tokenizer)
+    phrase = random_prompt(rng, vocab, 12)
+    prompt = phrase + phrase + phrase[:3]
+    expected = hf_greedy(tiny_target, prompt, 20)
+    head = random_head(tiny_target, seed=4)
+    shape = TreeShape(2, 5)
+    verifier = Verifier("strict") if rule == "strict" else Verifier("mars", threshold=1.0)
+    grafted = RecordingTrees(HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=shape, lookup=True))
+    assert decode_all(tiny_target, grafted, prompt, 20, verifier, 4, shape.tokens) == expected
+    own = HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=shape)
+    lookup = NgramDrafter(torch.device("cpu"))
+    grew = 0
+    for history, depth, tree in grafted.trees:
+        # the head alone, replayed on the same history, drafts the grafted tree's first nodes
+        continuation = lookup.propose(history, depth).tokens.tolist()
+        assert tree.size <= shape.tokens + len(continuation)
+        grew += tree.size > shape.tokens
+        # the continuation is spelled by a path of the tree from the root
+        node = -1
+        for token in continuation:
+            children = [i for i, (t, p) in enumerate(zip(tree.tokens.tolist(), tree.parents.tolist()))
+                        if p == node and t == token]
+            assert len(children) == 1
+            node = children[0]
+    assert grew > 0
+    first_history, first_depth, first_tree = grafted.trees[0]
+    own.reset()
+    scorer = TargetScorer(tiny_target, own.feature_layers, headroom=64)
+    own.observe_features(scorer.start(first_history[:-1]))
+    alone = own.propose(first_history, first_depth)
+    assert first_tree.tokens[: alone.size].tolist() == alone.tokens.tolist()
+    assert first_tree.parents[: alone.size].tolist() == alone.parents.tolist()
+
+
+def test_lookup_is_for_trees_only(tiny_target):
+    """A chain stays a chain: grafting would turn it into a tree the chain's cost model never priced."""
+    head = random_head(tiny_target, seed=4)
+    assert HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=CHAIN, lookup=True).lookup is None
+    assert HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=TreeShape(2, 5), lookup=True).lookup is not None
+
+
+def test_the_flag_turns_lookup_on_for_head_trees_only(tiny_dir, tiny_target, tmp_path, capsys):
+    """`--draft-lookup`: on (the default) grafts on a head session's trees, never on its chains or
+    another drafter's; a bad value is one line, exit 2."""
+    from mars_cli.options import DecodingOptions
+    from mars_cli.session import Session
+
+    from .test_cli import run_cli
+
+    path = tmp_path / "head.safetensors"
+    random_head(tiny_target, seed=1).save(path)
+    options = dict(target=str(tiny_dir), device="cpu", dtype="float32", draft=f"head:{path}", num_draft=3,
+                   max_new_tokens=8, draft_topk=2, draft_tokens=5)
+    tree = Session(DecodingOptions.of(**options), target=tiny_target)
+    assert tree.config()["draft_lookup"] is True and tree.drafter.lookup is not None
+    assert tree.run("abc abc abc").stats.new_tokens == 8
+    assert Session(DecodingOptions.of(**options, draft_lookup="off"), target=tiny_target).config()["draft_lookup"] is False
+    chain = Session(DecodingOptions.of(**{**options, "draft_topk": 1}), target=tiny_target)
+    assert chain.config()["draft_lookup"] is False
+    ngram = Session(DecodingOptions.of(**{**options, "draft": "ngram"}), target=tiny_target)
+    assert ngram.config()["draft_lookup"] is False
+    capsys.readouterr()  # the n-gram session's note
+    code, out, err = run_cli(capsys, "generate", "abc", "--target", str(tiny_dir), "--device", "cpu",
+                             "--draft-lookup", "maybe")
+    assert code == 2 and out == ""
+    assert err.strip() == "mars: error: --draft-lookup maybe: expected on or off"

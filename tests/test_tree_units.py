@@ -185,3 +185,17 @@ def test_cuts_keep_parents_q_and_the_searched_depth():
     assert branch.is_chain() and branch.tokens.tolist() == [5, 7, 9] and branch.q.argmax(-1).tolist() == [5, 7, 9]
     assert tree.first(3).parents.tolist() == [-1, -1, 0] and tree.first(3).searched == 4
     assert DraftTree(torch.tensor([5, 6, 7, 8]), torch.tensor([-1, -1, 0, 1])).first_branch().tokens.tolist() == [5, 7]
+
+
+def test_grafted_paths_follow_the_nodes_that_spell_them_and_keep_the_tree_numbered():
+    tree = DraftTree(torch.tensor([5, 6, 7]), torch.tensor([-1, -1, 0]), searched=3)  # 5 -> 7, and 6
+    grafted = tree.grafted([[5, 7, 9, 9], [6], [8, 1]])
+    # the first path follows 5 -> 7 and adds 9 -> 9 below node 2; [6] is there; [8, 1] is a new branch
+    assert grafted.tokens.tolist() == [5, 6, 7, 9, 9, 8, 1]
+    assert grafted.parents.tolist() == [-1, -1, 0, 2, 3, -1, 5]
+    assert grafted.searched == 3 and grafted.depth == 4
+    assert path_tokens(grafted, 4) == [5, 7, 9, 9]
+    assert tree.grafted([[5, 7], []]) is tree  # nothing new: the same tree
+    assert DraftTree.empty("cpu").grafted([[3, 4]]).is_chain()
+    with pytest.raises(ValueError):
+        DraftTree.chain(torch.tensor([1]), q=torch.eye(3)[[1]]).grafted([[2]])

@@ -5,7 +5,7 @@ can be replayed without the target: the head reads the true pairs up to the roun
 features from one forward over the whole answer), grows its tree, and the accepted path is the
 longest one that spells the answer from there; the answer's next token is the bonus. What the
 decoding loop does (decoding/loop.py), minus the target's verification passes: a head variant
-(rerank temperature, tree shape, int8 rows) is measured on the suites' first turns in a minute,
+(rerank temperature, tree shape, int8 rows, prompt lookup's branch grafted on) is measured on the suites' first turns in a minute,
 where `mars eval` takes ten. The answers come from plain greedy decoding in the replay's dtype,
 cached in `--answers` (a JSONL file written on first use).
 
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from mars_cli.decoding.drafters import NgramDrafter
 from mars_cli.decoding.sampling import SamplingParams
 from mars_cli.decoding.target import select_features
 from mars_cli.decoding.tree import DraftTree, TreeShape
@@ -66,17 +67,22 @@ def accepted_path(tree: DraftTree, truth: list[int]) -> int:
 
 
 def replay(drafter: HeadDrafter, features: torch.Tensor, prompt: list[int], answer: list[int],
-           depth: int) -> tuple[int, int, list[int]]:
-    """(tokens, rounds, accepted count per depth) of decoding `answer` after `prompt`."""
+           depth: int, lookup: NgramDrafter | None = None, lookup_depth: int = 0) -> tuple[int, int, list[int], int]:
+    """(tokens, rounds, accepted count per depth, nodes drafted) of decoding `answer` after
+    `prompt`; with `lookup`, its continuation (up to `lookup_depth` tokens) grafted on each tree."""
     sequence = torch.tensor(prompt + answer)
     length, end = len(prompt), len(prompt) + len(answer)
     drafter.reset()
     drafter.observe_features(features[: length - 1])
-    rounds, by_depth = 0, [0] * depth
+    rounds, nodes, by_depth = 0, 0, [0] * max(depth, lookup_depth)
     while length < end:
         k = min(depth, end - length - 1)
         tree = drafter.propose(sequence[:length], k) if k else DraftTree.empty(torch.device("cpu"))
         tree = tree.within_depth(k)
+        if lookup is not None and end - length > 1:
+            extra = lookup.propose(sequence[:length], min(lookup_depth, end - length - 1)).tokens.tolist()
+            tree = tree.grafted([extra] if extra else [])
+        nodes += tree.size
         accepted = accepted_path(tree, answer[length - len(prompt):]) if tree.size else 0
         for level in range(accepted):
             by_depth[level] += 1
@@ -84,7 +90,7 @@ def replay(drafter: HeadDrafter, features: torch.Tensor, prompt: list[int], answ
         drafter.commit(length + accepted)
         length += accepted + 1
         rounds += 1
-    return len(answer), rounds, by_depth
+    return len(answer), rounds, by_depth, nodes
 
 
 def parse_variants(text: str) -> dict[str, dict[str, float]]:
@@ -108,9 +114,11 @@ def main() -> None:
     parser.add_argument("--shape", default="4x8", help="TOPKxNODES of every variant unless it says otherwise")
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--variants", default="own",
-                        help="name[:temperature=T,int8=1,features32=1,topk=K,nodes=N,depth=D];... (temperature divides "
-                             "the head's scores before the tree ranks them; features32: the pairs' features from a "
-                             "float32 forward, cast to the head's dtype)")
+                        help="name[:temperature=T,int8=1,features32=1,topk=K,nodes=N,depth=D,lookup=L,ngram=N];... "
+                             "(temperature divides the head's scores before the tree ranks them; features32: the "
+                             "pairs' features from a float32 forward, cast to the head's dtype; lookup: prompt "
+                             "lookup's continuation of up to L tokens, from a match of at least `ngram` tokens, "
+                             "grafted on every tree)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     rows = answers(args.answers, args.suites.split(","), args.limit, args.dtype, args.max_new_tokens)
@@ -143,21 +151,29 @@ def main() -> None:
         shape = TreeShape(int(settings.get("topk", topk)), int(settings.get("nodes", nodes)))
         depth = int(settings.get("depth", args.depth))
         drafter = HeadDrafter(head, target, SamplingParams(0.0), shape=shape)
+        lookup_depth = int(settings.get("lookup", 0))
+        lookup = NgramDrafter(torch.device("cpu"), max_ngram=int(settings.get("ngram_max", 3)),
+                              min_ngram=int(settings.get("ngram", 1))) if lookup_depth else None
         per_suite: dict[str, list[int]] = {}
-        levels = [0] * depth
+        drafted = 0
+        levels = [0] * max(depth, lookup_depth)
         with torch.inference_mode():
             for index, row in enumerate(rows):
                 features = features_of(index, bool(settings.get("features32")), drafter.feature_layers)
-                tokens, rounds, by_depth = replay(drafter, features, row["prompt"], row["answer"], depth)
+                tokens, rounds, by_depth, fed = replay(drafter, features, row["prompt"], row["answer"], depth,
+                                                         lookup, lookup_depth)
+                drafted += fed
                 per_suite.setdefault(row["suite"], [0, 0])
                 per_suite[row["suite"]][0] += tokens
                 per_suite[row["suite"]][1] += rounds
                 levels = [a + b for a, b in zip(levels, by_depth)]
         total = [sum(v[0] for v in per_suite.values()), sum(v[1] for v in per_suite.values())]
         results[name] = {"settings": settings, "tau": {s: v[0] / v[1] for s, v in {**per_suite, "all": total}.items()},
-                         "accepted_by_depth": [round(a / total[1], 3) for a in levels]}
+                         "accepted_by_depth": [round(a / total[1], 3) for a in levels],
+                         "nodes_per_round": drafted / total[1]}
         taus = " / ".join(f"{s} {v:.3f}" for s, v in results[name]["tau"].items())
-        print(f"{name}: tau {taus}; accepted per round by depth {results[name]['accepted_by_depth']}", flush=True)
+        print(f"{name}: tau {taus}; accepted per round by depth {results[name]['accepted_by_depth']}; "
+              f"{drafted / total[1]:.2f} nodes a round", flush=True)
     if args.out:
         args.out.write_text(json.dumps({"args": vars(args) | {"answers": str(args.answers), "out": str(args.out)},
                                         "results": results}, indent=1) + "\n")

@@ -126,6 +126,28 @@ class DraftTree:
         return DraftTree(self.tokens[:count], self.parents[:count], None if self.q is None else self.q[:count],
                          self.searched)
 
+    def grafted(self, paths: list[list[int]]) -> "DraftTree":
+        """This tree with token paths from the root grafted on as a trie: a path follows the nodes
+        that already spell it and adds the rest after every existing node, so the tree's own nodes
+        keep their numbers (its preferred path stays a prefix) and siblings stay distinct. Only for
+        proposals taken as given (no q): a grafted node has no draft distribution."""
+        if self.q is not None:
+            raise ValueError("grafted: a tree with draft distributions takes no extra paths")
+        tokens, parents = self.tokens.tolist(), self.parents.tolist()
+        child = {(parent, token): node for node, (token, parent) in enumerate(zip(tokens, parents))}
+        for path in paths:
+            node = -1
+            for token in path:
+                if (node, token) not in child:
+                    child[(node, token)] = len(tokens)
+                    tokens.append(token)
+                    parents.append(node)
+                node = child[(node, token)]
+        if len(tokens) == self.size:
+            return self
+        return DraftTree(torch.tensor(tokens, dtype=torch.long, device=self.tokens.device),
+                         torch.tensor(parents, dtype=torch.long), None, self.searched)
+
     def first_branch(self) -> "DraftTree":
         """The chain along each node's first child from the root: the drafter's preferred path,
         what a chain would have drafted."""

@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..decoding.acceptance import DraftAcceptance
-from ..decoding.drafters import Drafter
+from ..decoding.drafters import Drafter, NgramDrafter
 from ..decoding.tree import CHAIN, DraftTree, FrontierRows, TreeShape, grow_tree, pool_size
 from ..decoding.sampling import SamplingParams, probabilities, process_logits
 from ..errors import UserError
@@ -166,9 +166,12 @@ class HeadDrafter(Drafter):
 
     def __init__(self, head: PairHead, target: LoadedModel, sampling: SamplingParams,
                  min_confidence: float = 0.0, compile: bool = False,
-                 shape: TreeShape = CHAIN) -> None:
+                 shape: TreeShape = CHAIN, lookup: bool = False) -> None:
         self.head = head
         self.shape = shape  # branching: draft a tree (EAGLE-2), `shape.tokens` nodes at most
+        # `--draft-lookup on`: each tree also gets prompt lookup's continuation as one more branch
+        # (the head misses what the text repeats: names, code identifiers, quoted lines)
+        self.lookup = NgramDrafter(torch.device("cpu")) if lookup and shape.branches else None
         self.feature_layers = head.feature_layers_for(target.model)  # what the scorer hands over
         # `--compile on`: every drafting step (a chain's one pair, a tree level's frontier) runs
         # through torch.compile on a static head cache: fixed shapes, one graph per number of pairs
@@ -307,7 +310,7 @@ class HeadDrafter(Drafter):
         self.pairs += tokens.shape[0]
         self.read = self.known
         if self.shape.branches:
-            return self._propose_tree(feature, depth)
+            return self._with_lookup(self._propose_tree(feature, depth), history, depth)
         drafted, finite = [], []
         confidence = 1.0
         for step in range(depth):
@@ -325,6 +328,15 @@ class HeadDrafter(Drafter):
         if not drafted:
             return DraftTree.empty(self.target_device)
         return DraftTree.chain(torch.stack(drafted).to(self.target_device))
+
+    def _with_lookup(self, tree: DraftTree, history: torch.Tensor, depth: int) -> DraftTree:
+        """The head's tree with prompt lookup's continuation of `history` (at most `depth` tokens)
+        grafted on where it leaves the tree: the head's nodes keep their places, so its preferred
+        path is still what a chain would draft, and the verifier picks whichever path matches."""
+        if self.lookup is None or tree.size == 0:  # a failed or empty head round stays empty
+            return tree
+        path = self.lookup.propose(history, depth).tokens.tolist()
+        return tree.grafted([path]) if path else tree
 
     def _propose_tree(self, root: torch.Tensor, depth: int) -> DraftTree:
         """EAGLE-2's dynamic tree (decoding/tree.py): `depth` levels, `shape.topk` children of the
