@@ -80,8 +80,8 @@ def replay(drafter: HeadDrafter, features: torch.Tensor, prompt: list[int], answ
         tree = drafter.propose(sequence[:length], k) if k else DraftTree.empty(torch.device("cpu"))
         tree = tree.within_depth(k)
         if lookup is not None and end - length > 1:
-            extra = lookup.propose(sequence[:length], min(lookup_depth, end - length - 1)).tokens.tolist()
-            tree = tree.grafted([extra] if extra else [])
+            tree = tree.grafted(lookup._continuations(sequence[:length], min(lookup_depth, end - length - 1),
+                                                      lookup.shape.topk))
         nodes += tree.size
         accepted = accepted_path(tree, answer[length - len(prompt):]) if tree.size else 0
         for level in range(accepted):
@@ -114,11 +114,11 @@ def main() -> None:
     parser.add_argument("--shape", default="4x8", help="TOPKxNODES of every variant unless it says otherwise")
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--variants", default="own",
-                        help="name[:temperature=T,int8=1,features32=1,topk=K,nodes=N,depth=D,lookup=L,ngram=N];... "
+                        help="name[:temperature=T,int8=1,features32=1,topk=K,nodes=N,depth=D,lookup=L,ngram=N,paths=P];... "
                              "(temperature divides the head's scores before the tree ranks them; features32: the "
                              "pairs' features from a float32 forward, cast to the head's dtype; lookup: prompt "
                              "lookup's continuation of up to L tokens, from a match of at least `ngram` tokens, "
-                             "grafted on every tree)")
+                             "grafted on every tree; paths: that many continuations of earlier matches)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     rows = answers(args.answers, args.suites.split(","), args.limit, args.dtype, args.max_new_tokens)
@@ -152,7 +152,8 @@ def main() -> None:
         depth = int(settings.get("depth", args.depth))
         drafter = HeadDrafter(head, target, SamplingParams(0.0), shape=shape)
         lookup_depth = int(settings.get("lookup", 0))
-        lookup = NgramDrafter(torch.device("cpu"), max_ngram=int(settings.get("ngram_max", 3)),
+        lookup = NgramDrafter(torch.device("cpu"), TreeShape(int(settings.get("paths", 1)), 64),
+                              max_ngram=int(settings.get("ngram_max", 3)),
                               min_ngram=int(settings.get("ngram", 1))) if lookup_depth else None
         per_suite: dict[str, list[int]] = {}
         drafted = 0
