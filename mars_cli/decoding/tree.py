@@ -128,9 +128,10 @@ class DraftTree:
 
     def grafted(self, paths: list[list[int]]) -> "DraftTree":
         """This tree with token paths from the root grafted on as a trie: a path follows the nodes
-        that already spell it and adds the rest after every existing node, so the tree's own nodes
-        keep their numbers (its preferred path stays a prefix) and siblings stay distinct. Only for
-        proposals taken as given (no q): a grafted node has no draft distribution."""
+        that already spell it and adds the rest as new nodes numbered after the tree's own, so those
+        keep their numbers (the preferred path stays nodes 0, 1, 2, ...) and siblings stay distinct.
+        Only for proposals taken as given (no q): a grafted node has no draft distribution. Reads
+        the tree's tokens on the host (on a GPU, one small copy)."""
         if self.q is not None:
             raise ValueError("grafted: a tree with draft distributions takes no extra paths")
         tokens, parents = self.tokens.tolist(), self.parents.tolist()
