@@ -158,7 +158,7 @@ class Session:
             return NgramDrafter(self.target.device, shape)
         if kind == "head":
             return HeadDrafter(head, self.target, sampling.params, drafting.head_confidence, compile=self._compiled,
-                               shape=shape, lookup=drafting.draft_lookup == "on" and not self._compiled)
+                               shape=shape, lookup=drafting.draft_lookup == "on")
         return ModelDrafter(self.draft_model, sampling.params, shape, compile=self._compiled)
 
     @property

@@ -80,7 +80,7 @@ def replay(drafter: HeadDrafter, features: torch.Tensor, prompt: list[int], answ
         tree = drafter.propose(sequence[:length], k) if k else DraftTree.empty(torch.device("cpu"))
         tree = tree.within_depth(k)
         if lookup is not None and end - length > 1:
-            tree = tree.grafted(lookup._continuations(sequence[:length], min(lookup_depth, end - length - 1),
+            tree = tree.grafted(lookup.continuations(sequence[:length], min(lookup_depth, end - length - 1),
                                                       lookup.shape.topk))
         nodes += tree.size
         accepted = accepted_path(tree, answer[length - len(prompt):]) if tree.size else 0

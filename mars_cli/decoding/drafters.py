@@ -113,14 +113,14 @@ class NgramDrafter(Drafter):
 
     def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
         """`history` is the CPU token history; matching there avoids device round trips."""
-        paths = self._continuations(history, depth, self.shape.topk)
+        paths = self.continuations(history, depth, self.shape.topk)
         if len(paths) <= 1:
             return DraftTree.chain(torch.tensor(paths[0] if paths else [], dtype=torch.long, device=self.device))
         tree = tree_from_paths(paths, self.shape.tokens, self.device)
         tree.searched = depth
         return tree
 
-    def _continuations(self, history: torch.Tensor, k: int, wanted: int) -> list[list[int]]:
+    def continuations(self, history: torch.Tensor, k: int, wanted: int) -> list[list[int]]:
         """Up to `wanted` distinct continuations (k tokens at most) of the longest matching tail,
         most recent occurrence first; shorter tails add more only while fewer were found."""
         length = history.shape[0]

@@ -171,7 +171,8 @@ class HeadDrafter(Drafter):
         self.shape = shape  # branching: draft a tree (EAGLE-2), `shape.tokens` nodes at most
         # `--draft-lookup on`: each tree also gets prompt lookup's continuation as one more branch
         # (the head misses what the text repeats: names, code identifiers, quoted lines)
-        self.lookup = NgramDrafter(torch.device("cpu")) if lookup and shape.branches else None
+        # (trees only: a chain stays the chain the cost model priced; not compiled: one graph per width)
+        self.lookup = NgramDrafter(torch.device("cpu")) if lookup and shape.branches and not compile else None
         self.feature_layers = head.feature_layers_for(target.model)  # what the scorer hands over
         # `--compile on`: every drafting step (a chain's one pair, a tree level's frontier) runs
         # through torch.compile on a static head cache: fixed shapes, one graph per number of pairs
@@ -335,8 +336,7 @@ class HeadDrafter(Drafter):
         path is still what a chain would draft, and the verifier picks whichever path matches."""
         if self.lookup is None or tree.size == 0:  # a failed or empty head round stays empty
             return tree
-        path = self.lookup.propose(history, depth).tokens.tolist()
-        return tree.grafted([path]) if path else tree
+        return tree.grafted(self.lookup.continuations(history, depth, 1))
 
     def _propose_tree(self, root: torch.Tensor, depth: int) -> DraftTree:
         """EAGLE-2's dynamic tree (decoding/tree.py): `depth` levels, `shape.topk` children of the
