@@ -306,7 +306,7 @@ class Session:
             compiled=self.scorer.compiled,
             packed_weights=self.packing.packed,
             int8_head=self.int8_head.used,
-            draft_lookup=getattr(self.drafter, "lookup", None) is not None,
+            draft_lookup=bool(getattr(self.drafter, "looks_up", False)),
             torch_version=torch.__version__,
             threads=torch.get_num_threads(),
         )

@@ -312,16 +312,38 @@ def test_lookup_grafts_the_repeated_text_onto_head_trees(tiny_target, rule):
     assert first_tree.parents[: alone.size].tolist() == alone.parents.tolist()
 
 
-def test_lookup_is_for_trees_only(tiny_target):
-    """A chain stays a chain: grafting would turn it into a tree the chain's cost model never priced."""
+@pytest.mark.parametrize("rule", ["strict", "mars"])
+def test_greedy_chains_take_lookup_after_a_repeated_three_tokens(tiny_target, rule):
+    """With `lookup`, a greedy head chain is prompt lookup's continuation whenever the text's last
+    three tokens occurred before, and the head's own chain otherwise; decoding still reproduces the
+    target. Where lookup applies: trees (a graft) and greedy chains, not sampled chains."""
+    rng = random.Random(8)
+    vocab = len(tiny_target.tokenizer)
+    phrase = random_prompt(rng, vocab, 12)
+    prompt = phrase + phrase + phrase[:3]
+    expected = hf_greedy(tiny_target, prompt, 20)
     head = random_head(tiny_target, seed=4)
-    assert HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=CHAIN, lookup=True).lookup is None
-    assert HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=TreeShape(2, 5), lookup=True).lookup is not None
+    verifier = Verifier("strict") if rule == "strict" else Verifier("mars", threshold=1.0)
+    chained = RecordingTrees(HeadDrafter(head, tiny_target, SamplingParams(0.0), lookup=True))
+    assert decode_all(tiny_target, chained, prompt, 20, verifier, 4, 0) == expected
+    lookup = NgramDrafter(torch.device("cpu"), min_ngram=3)
+    matched = 0
+    for history, depth, tree in chained.trees:
+        assert tree.is_chain()
+        continuation = lookup.propose(history, depth).tokens.tolist()
+        if continuation:
+            matched += 1
+            assert tree.tokens.tolist() == continuation
+    assert matched > 0
+    assert HeadDrafter(head, tiny_target, SamplingParams(0.0), lookup=True).looks_up
+    assert not HeadDrafter(head, tiny_target, SamplingParams(1.0), lookup=True).looks_up
+    assert not HeadDrafter(head, tiny_target, SamplingParams(0.0)).looks_up
+    assert HeadDrafter(head, tiny_target, SamplingParams(1.0), shape=TreeShape(2, 5), lookup=True).looks_up
 
 
-def test_the_flag_turns_lookup_on_for_head_trees_only(tiny_dir, tiny_target, tmp_path, capsys):
-    """`--draft-lookup`: on (the default) grafts on a head session's trees, never on its chains or
-    another drafter's; a bad value is one line, exit 2."""
+def test_the_flag_turns_lookup_on_for_head_sessions_only(tiny_dir, tiny_target, tmp_path, capsys):
+    """`--draft-lookup`: on (the default) applies to a head session's trees and greedy chains, never
+    to another drafter; a bad value is one line, exit 2."""
     from mars_cli.options import DecodingOptions
     from mars_cli.session import Session
 
@@ -336,7 +358,9 @@ def test_the_flag_turns_lookup_on_for_head_trees_only(tiny_dir, tiny_target, tmp
     assert tree.run("abc abc abc").stats.new_tokens == 8
     assert Session(DecodingOptions.of(**options, draft_lookup="off"), target=tiny_target).config()["draft_lookup"] is False
     chain = Session(DecodingOptions.of(**{**options, "draft_topk": 1}), target=tiny_target)
-    assert chain.config()["draft_lookup"] is False
+    assert chain.config()["draft_lookup"] is True and chain.drafter.chain_lookup is not None
+    sampled = Session(DecodingOptions.of(**{**options, "draft_topk": 1, "temperature": 1.0}), target=tiny_target)
+    assert sampled.config()["draft_lookup"] is False
     ngram = Session(DecodingOptions.of(**{**options, "draft": "ngram"}), target=tiny_target)
     assert ngram.config()["draft_lookup"] is False
     capsys.readouterr()  # the n-gram session's note

@@ -5,8 +5,8 @@ can be replayed without the target: the head reads the true pairs up to the roun
 features from one forward over the whole answer), grows its tree, and the accepted path is the
 longest one that spells the answer from there; the answer's next token is the bonus. What the
 decoding loop does (decoding/loop.py), minus the target's verification passes: a head variant
-(rerank temperature, tree shape, int8 rows, prompt lookup's branch grafted on) is measured on the suites' first turns in a minute,
-where `mars eval` takes ten. The answers come from plain greedy decoding in the replay's dtype,
+(rerank temperature, tree shape, int8 rows, prompt lookup's branch grafted on or drafted in the
+head's place) is measured on the suites' first turns in a minute, where `mars eval` takes ten. The answers come from plain greedy decoding in the replay's dtype,
 cached in `--answers` (a JSONL file written on first use).
 
     python benchmarks/tools/tree_replay.py --answers /tmp/answers-bf16.jsonl --dtype bfloat16 \\
@@ -67,21 +67,30 @@ def accepted_path(tree: DraftTree, truth: list[int]) -> int:
 
 
 def replay(drafter: HeadDrafter, features: torch.Tensor, prompt: list[int], answer: list[int],
-           depth: int, lookup: NgramDrafter | None = None, lookup_depth: int = 0) -> tuple[int, int, list[int], int]:
+           depth: int, lookup: NgramDrafter | None = None, lookup_depth: int = 0,
+           instead: int = 0, reach: int = 0) -> tuple[int, int, list[int], int]:
     """(tokens, rounds, accepted count per depth, nodes drafted) of decoding `answer` after
-    `prompt`; with `lookup`, its continuation (up to `lookup_depth` tokens) grafted on each tree."""
+    `prompt`; with `lookup`, its continuation (up to `lookup_depth` tokens) grafted on each tree,
+    or with `instead` drafted in its place (1: whenever lookup finds one; 2: only where the
+    drafter's first token is lookup's too); `reach`: after a match of 3 tokens, up to that many
+    tokens instead."""
     sequence = torch.tensor(prompt + answer)
     length, end = len(prompt), len(prompt) + len(answer)
     drafter.reset()
     drafter.observe_features(features[: length - 1])
-    rounds, nodes, by_depth = 0, 0, [0] * max(depth, lookup_depth)
+    rounds, nodes, by_depth = 0, 0, [0] * max(depth, lookup_depth, reach)
     while length < end:
         k = min(depth, end - length - 1)
         tree = drafter.propose(sequence[:length], k) if k else DraftTree.empty(torch.device("cpu"))
         tree = tree.within_depth(k)
         if lookup is not None and end - length > 1:
-            tree = tree.grafted(lookup.continuations(sequence[:length], min(lookup_depth, end - length - 1),
-                                                      lookup.shape.topk))
+            found = lookup.continuations(sequence[:length], min(lookup_depth, end - length - 1), lookup.shape.topk)
+            if reach:
+                found = STRONG.continuations(sequence[:length], min(reach, end - length - 1), 1) or found
+            if not instead:
+                tree = tree.grafted(found)
+            elif found and (instead == 1 or (tree.size and tree.tokens[0].item() == found[0][0])):
+                tree = DraftTree.chain(torch.tensor(found[0]))
         nodes += tree.size
         accepted = accepted_path(tree, answer[length - len(prompt):]) if tree.size else 0
         for level in range(accepted):
@@ -91,6 +100,9 @@ def replay(drafter: HeadDrafter, features: torch.Tensor, prompt: list[int], answ
         length += accepted + 1
         rounds += 1
     return len(answer), rounds, by_depth, nodes
+
+
+STRONG = NgramDrafter(torch.device("cpu"), min_ngram=3)  # `reach`: matches of 3 tokens
 
 
 def parse_variants(text: str) -> dict[str, dict[str, float]]:
@@ -114,11 +126,14 @@ def main() -> None:
     parser.add_argument("--shape", default="4x8", help="TOPKxNODES of every variant unless it says otherwise")
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--variants", default="own",
-                        help="name[:temperature=T,int8=1,features32=1,topk=K,nodes=N,depth=D,lookup=L,ngram=N,paths=P];... "
+                        help="name[:temperature=T,int8=1,features32=1,topk=K,nodes=N,depth=D,lookup=L,ngram=N,paths=P,"
+                             "instead=I,reach=R,own_lookup=1];... "
                              "(temperature divides the head's scores before the tree ranks them; features32: the "
                              "pairs' features from a float32 forward, cast to the head's dtype; lookup: prompt "
                              "lookup's continuation of up to L tokens, from a match of at least `ngram` tokens, "
-                             "grafted on every tree; paths: that many continuations of earlier matches)")
+                             "grafted on every tree; paths: that many continuations of earlier matches; instead: "
+                             "lookup's continuation drafted in place of the head's (1: whenever found, 2: where the "
+                             "head's first token agrees); reach: after a 3-token match, up to R tokens; own_lookup: the head drafter's own `--draft-lookup on`)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     rows = answers(args.answers, args.suites.split(","), args.limit, args.dtype, args.max_new_tokens)
@@ -150,19 +165,20 @@ def main() -> None:
             head.logits = lambda state, scores=scores: scores(state) / temperature  # type: ignore[method-assign]
         shape = TreeShape(int(settings.get("topk", topk)), int(settings.get("nodes", nodes)))
         depth = int(settings.get("depth", args.depth))
-        drafter = HeadDrafter(head, target, SamplingParams(0.0), shape=shape)
+        drafter = HeadDrafter(head, target, SamplingParams(0.0), shape=shape, lookup=bool(settings.get("own_lookup")))
         lookup_depth = int(settings.get("lookup", 0))
         lookup = NgramDrafter(torch.device("cpu"), TreeShape(int(settings.get("paths", 1)), 64),
                               max_ngram=int(settings.get("ngram_max", 3)),
                               min_ngram=int(settings.get("ngram", 1))) if lookup_depth else None
         per_suite: dict[str, list[int]] = {}
         drafted = 0
-        levels = [0] * max(depth, lookup_depth)
+        levels = [0] * max(depth, lookup_depth, int(settings.get("reach", 0)))
         with torch.inference_mode():
             for index, row in enumerate(rows):
                 features = features_of(index, bool(settings.get("features32")), drafter.feature_layers)
                 tokens, rounds, by_depth, fed = replay(drafter, features, row["prompt"], row["answer"], depth,
-                                                         lookup, lookup_depth)
+                                                         lookup, lookup_depth, int(settings.get("instead", 0)),
+                                                         int(settings.get("reach", 0)))
                 drafted += fed
                 per_suite.setdefault(row["suite"], [0, 0])
                 per_suite[row["suite"]][0] += tokens
