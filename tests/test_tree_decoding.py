@@ -18,7 +18,7 @@ from mars_cli.decoding.stats import DecodeStats
 from mars_cli.decoding.target import TargetScorer
 from mars_cli.decoding.tree import CHAIN, DraftTree, TreeShape
 from mars_cli.decoding.verifiers import Verifier
-from mars_cli.head.drafter import HeadDrafter
+from mars_cli.head.drafter import LOOKUP_REACH, REPEAT_MATCH, HeadDrafter
 from mars_cli.models import load_model
 
 from .test_head import random_head
@@ -275,8 +275,9 @@ class RecordingTrees:
 def test_lookup_grafts_the_repeated_text_onto_head_trees(tiny_target, rule):
     """With `lookup`, a head tree keeps its own nodes first, in order, and adds what prompt lookup
     continues with (the text after the latest earlier occurrence of its last tokens) as one more
-    branch: on a prompt that repeats itself the trees grow past the head's nodes, and decoding
-    still reproduces the target (strict, and MARS at a threshold nothing passes)."""
+    branch, past the searched levels after a repeated REPEAT_MATCH tokens: on a prompt that repeats
+    itself the trees grow past the head's nodes and its depth, and decoding still reproduces the
+    target (strict, and MARS at a threshold nothing passes)."""
     rng = random.Random(8)
     vocab = len(tiny_target.tokenizer)
     phrase = random_prompt(rng, vocab, 12)
@@ -288,13 +289,16 @@ def test_lookup_grafts_the_repeated_text_onto_head_trees(tiny_target, rule):
     grafted = RecordingTrees(HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=shape, lookup=True))
     assert decode_all(tiny_target, grafted, prompt, 20, verifier, 4, shape.tokens) == expected
     own = HeadDrafter(head, tiny_target, SamplingParams(0.0), shape=shape)
-    lookup = NgramDrafter(torch.device("cpu"))
-    grew = 0
+    lookup, repeats = NgramDrafter(torch.device("cpu")), NgramDrafter(torch.device("cpu"), min_ngram=REPEAT_MATCH)
+    grew = reached = 0
     for history, depth, tree in grafted.trees:
-        # the head alone, replayed on the same history, drafts the grafted tree's first nodes
-        continuation = lookup.propose(history, depth).tokens.tolist()
+        # after a repeated REPEAT_MATCH tokens the branch runs past the searched levels
+        continuation = (repeats.continuations(history, max(depth, LOOKUP_REACH), 1)
+                        or lookup.continuations(history, depth, 1) or [[]])[0]
         assert tree.size <= shape.tokens + len(continuation)
+        assert tree.depth <= max(depth, len(continuation))
         grew += tree.size > shape.tokens
+        reached += tree.depth > depth
         # the continuation is spelled by a path of the tree from the root
         node = -1
         for token in continuation:
@@ -302,7 +306,7 @@ def test_lookup_grafts_the_repeated_text_onto_head_trees(tiny_target, rule):
                         if p == node and t == token]
             assert len(children) == 1
             node = children[0]
-    assert grew > 0
+    assert grew > 0 and reached > 0
     first_history, first_depth, first_tree = grafted.trees[0]
     own.reset()
     scorer = TargetScorer(tiny_target, own.feature_layers, headroom=64)
@@ -310,6 +314,39 @@ def test_lookup_grafts_the_repeated_text_onto_head_trees(tiny_target, rule):
     alone = own.propose(first_history, first_depth)
     assert first_tree.tokens[: alone.size].tolist() == alone.tokens.tolist()
     assert first_tree.parents[: alone.size].tolist() == alone.parents.tolist()
+
+
+class LevelsSeen:
+    """Stands in for `--num-draft auto`'s chooser: asks for `k` every round, keeps what it is told."""
+
+    def __init__(self, k):
+        self.k, self.seen = k, []
+
+    def choose(self, k):
+        return min(k, self.k)
+
+    def keep_features(self):
+        return True
+
+    def observe(self, drafted, accepted, draft_s, timed_as=None, asked=0, width=None, target_s=None):
+        self.seen.append((drafted, accepted, asked))
+
+
+def test_the_chooser_learns_only_the_levels_it_asked_for(tiny_target):
+    """A lookup branch past the round's k levels is verified (the output is still the target's)
+    but the draft length chooser is told of the first k levels only: it prices what it chose."""
+    rng = random.Random(8)
+    phrase = random_prompt(rng, len(tiny_target.tokenizer), 12)
+    prompt = phrase + phrase + phrase[:3]
+    drafter = RecordingTrees(HeadDrafter(random_head(tiny_target, seed=4), tiny_target, SamplingParams(0.0),
+                                         shape=TreeShape(2, 5), lookup=True))
+    chooser = LevelsSeen(2)
+    scorer = TargetScorer(tiny_target, drafter.feature_layers, headroom=64)
+    tokens = [t for chunk in decode(scorer, drafter, Verifier("strict"), prompt, DecodeSettings(20, 4, tree_tokens=5),
+                                    draft_length=chooser) for t in chunk]
+    assert tokens == hf_greedy(tiny_target, prompt, 20)
+    assert any(tree.depth > depth for _, depth, tree in drafter.trees)
+    assert chooser.seen and all(drafted <= asked and accepted <= asked for drafted, accepted, asked in chooser.seen)
 
 
 @pytest.mark.parametrize("rule", ["strict", "mars"])

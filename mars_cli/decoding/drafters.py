@@ -40,7 +40,9 @@ class Drafter(ABC):
 
     @abstractmethod
     def propose(self, history: torch.Tensor, depth: int) -> DraftTree:
-        """A tree at most `depth` deep to follow `history` (CPU, prompt + emitted tokens)."""
+        """A tree to follow `history` (CPU, prompt + emitted tokens): what the drafter searched at
+        most `depth` deep; a branch that cost no drafting (prompt lookup's on a head tree) may reach
+        further, and the loop cuts every tree to the room the token budget leaves."""
 
     def observe_features(self, hidden: torch.Tensor) -> None:
         """The target's features [n, F] (its `feature_layers`, concatenated) for the next n

@@ -96,7 +96,8 @@ def decode(
                 draft_length.defer()
                 k = 0
         tree = drafter.propose(history[:length], k) if k else no_draft
-        tree = fit(tree, k, None if window is None else window - length - 1, scorer, settings.tree_tokens)
+        # a branch past k (prompt lookup's on a head tree) stays while the budget has room for it
+        tree = fit(tree, max(room, 0), None if window is None else window - length - 1, scorer, settings.tree_tokens)
         draft_s = clock.lap("draft")
 
         # a plain round hands the drafter features only when a draft is near (the chooser knows)
@@ -119,7 +120,9 @@ def decode(
             drafter.skip_features(len(kept_rows))
         drafter.commit(length + len(accepted))
         if draft_length is not None:  # the first round reads the whole prompt: not a drafting cost
-            draft_length.observe(tree.depth, len(accepted), draft_s if stats.rounds else None, timed_as=tree.searched,
+            # it learns what the k levels it chose bring; tokens past them are a bonus it does not price
+            draft_length.observe(min(tree.depth, k), min(len(accepted), k), draft_s if stats.rounds else None,
+                                 timed_as=tree.searched,
                                  asked=k, width=scored.width, target_s=target_s)
         clock.lap("rollback")
 
