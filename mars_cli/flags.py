@@ -78,9 +78,10 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
                "never does."),
     _flag("draft_lookup", str, "on", "--draft-lookup", rich_help_panel=DECODING,
           help="Draft head only: graft prompt lookup's continuation (what followed the latest earlier "
-               "occurrence of the text's last 1-3 tokens) onto each tree as one more branch, verified in the "
-               "same pass; a greedy chain drafts that continuation instead of the head's after a repeated "
-               "3 tokens: 'on' or 'off'. Trees on compiled scorers and sampled chains draft without it."),
+               "occurrence of the text's last 1-3 tokens; up to 8 tokens after a 3-token match) onto each "
+               "tree as one more branch, verified in the same pass; a greedy chain drafts that continuation "
+               "instead of the head's after a repeated 3 tokens: 'on' or 'off'. Trees on compiled scorers and "
+               "sampled chains draft without it."),
     _flag("max_new_tokens", int, 128, "--max-new-tokens", "-n", rich_help_panel=DECODING,
           help="Stop after this many new tokens."),
     _flag("temperature", float, 0.0, "--temperature", rich_help_panel=SAMPLING,

@@ -82,7 +82,7 @@ def replay(drafter: HeadDrafter, features: torch.Tensor, prompt: list[int], answ
     while length < end:
         k = min(depth, end - length - 1)
         tree = drafter.propose(sequence[:length], k) if k else DraftTree.empty(torch.device("cpu"))
-        tree = tree.within_depth(k)
+        tree = tree.within_depth(end - length - 1)  # as loop.fit: the room left (lookup may pass k)
         if lookup is not None and end - length > 1:
             found = lookup.continuations(sequence[:length], min(lookup_depth, end - length - 1), lookup.shape.topk)
             if reach:
@@ -93,6 +93,7 @@ def replay(drafter: HeadDrafter, features: torch.Tensor, prompt: list[int], answ
                 tree = DraftTree.chain(torch.tensor(found[0]))
         nodes += tree.size
         accepted = accepted_path(tree, answer[length - len(prompt):]) if tree.size else 0
+        by_depth += [0] * (accepted - len(by_depth))  # the drafter's own lookup may reach past k
         for level in range(accepted):
             by_depth[level] += 1
         drafter.observe_features(features[length - 1 : length + accepted])  # the pending row and the accepted
@@ -183,7 +184,8 @@ def main() -> None:
                 per_suite.setdefault(row["suite"], [0, 0])
                 per_suite[row["suite"]][0] += tokens
                 per_suite[row["suite"]][1] += rounds
-                levels = [a + b for a, b in zip(levels, by_depth)]
+                levels += [0] * (len(by_depth) - len(levels))
+                levels = [a + b for a, b in zip(levels, by_depth + [0] * (len(levels) - len(by_depth)))]
         total = [sum(v[0] for v in per_suite.values()), sum(v[1] for v in per_suite.values())]
         results[name] = {"settings": settings, "tau": {s: v[0] / v[1] for s, v in {**per_suite, "all": total}.items()},
                          "accepted_by_depth": [round(a / total[1], 3) for a in levels],
