@@ -250,6 +250,12 @@ def test_every_drafter_and_shape_reproduces_the_target(tiny_target, tiny_draft, 
                     assert stats.tree_rounds > 0
 
 
+def repeating_prompt(target) -> list[int]:
+    """A random phrase twice and its first three tokens: prompt lookup has matches from the start."""
+    phrase = random_prompt(random.Random(8), len(target.tokenizer), 12)
+    return phrase + phrase + phrase[:3]
+
+
 class RecordingTrees:
     """Wraps a drafter and keeps every tree it proposes (the loop sees the same trees)."""
 
@@ -278,10 +284,7 @@ def test_lookup_grafts_the_repeated_text_onto_head_trees(tiny_target, rule):
     branch, past the searched levels after a repeated REPEAT_MATCH tokens: on a prompt that repeats
     itself the trees grow past the head's nodes and its depth, and decoding still reproduces the
     target (strict, and MARS at a threshold nothing passes)."""
-    rng = random.Random(8)
-    vocab = len(tiny_target.tokenizer)
-    phrase = random_prompt(rng, vocab, 12)
-    prompt = phrase + phrase + phrase[:3]
+    prompt = repeating_prompt(tiny_target)
     expected = hf_greedy(tiny_target, prompt, 20)
     head = random_head(tiny_target, seed=4)
     shape = TreeShape(2, 5)
@@ -335,9 +338,7 @@ class LevelsSeen:
 def test_the_chooser_learns_only_the_levels_it_asked_for(tiny_target):
     """A lookup branch past the round's k levels is verified (the output is still the target's)
     but the draft length chooser is told of the first k levels only: it prices what it chose."""
-    rng = random.Random(8)
-    phrase = random_prompt(rng, len(tiny_target.tokenizer), 12)
-    prompt = phrase + phrase + phrase[:3]
+    prompt = repeating_prompt(tiny_target)
     drafter = RecordingTrees(HeadDrafter(random_head(tiny_target, seed=4), tiny_target, SamplingParams(0.0),
                                          shape=TreeShape(2, 5), lookup=True))
     chooser = LevelsSeen(2)
@@ -354,10 +355,7 @@ def test_greedy_chains_take_lookup_after_a_repeated_three_tokens(tiny_target, ru
     """With `lookup`, a greedy head chain is prompt lookup's continuation whenever the text's last
     three tokens occurred before, and the head's own chain otherwise; decoding still reproduces the
     target. Where lookup applies: trees (a graft) and greedy chains, not sampled chains."""
-    rng = random.Random(8)
-    vocab = len(tiny_target.tokenizer)
-    phrase = random_prompt(rng, vocab, 12)
-    prompt = phrase + phrase + phrase[:3]
+    prompt = repeating_prompt(tiny_target)
     expected = hf_greedy(tiny_target, prompt, 20)
     head = random_head(tiny_target, seed=4)
     verifier = Verifier("strict") if rule == "strict" else Verifier("mars", threshold=1.0)
