@@ -393,7 +393,7 @@ def test_the_flag_turns_lookup_on_for_head_sessions_only(tiny_dir, tiny_target, 
     assert tree.run("abc abc abc").stats.new_tokens == 8
     assert Session(DecodingOptions.of(**options, draft_lookup="off"), target=tiny_target).config()["draft_lookup"] is False
     chain = Session(DecodingOptions.of(**{**options, "draft_topk": 1}), target=tiny_target)
-    assert chain.config()["draft_lookup"] is True and chain.drafter.chain_lookup is not None
+    assert chain.config()["draft_lookup"] is True and chain.drafter.chain_lookup is True
     sampled = Session(DecodingOptions.of(**{**options, "draft_topk": 1, "temperature": 1.0}), target=tiny_target)
     assert sampled.config()["draft_lookup"] is False
     ngram = Session(DecodingOptions.of(**{**options, "draft": "ngram"}), target=tiny_target)

@@ -181,9 +181,8 @@ class HeadDrafter(Drafter):
         # branch (not compiled: one graph per width); a greedy chain is lookup's continuation instead
         # of the head's whenever the text's last REPEAT_MATCH tokens occurred before.
         self.lookup = NgramDrafter(torch.device("cpu")) if lookup and shape.branches and not compile else None
-        self.chain_lookup = (NgramDrafter(torch.device("cpu"), min_ngram=REPEAT_MATCH)
-                             if lookup and not shape.branches and sampling.greedy else None)
-        self.repeats = NgramDrafter(torch.device("cpu"), min_ngram=REPEAT_MATCH)  # a tree's branch past the search
+        self.chain_lookup = lookup and not shape.branches and sampling.greedy
+        self.repeats = NgramDrafter(torch.device("cpu"), min_ngram=REPEAT_MATCH)  # matches of the last 3 tokens
         self.feature_layers = head.feature_layers_for(target.model)  # what the scorer hands over
         # `--compile on`: every drafting step (a chain's one pair, a tree level's frontier) runs
         # through torch.compile on a static head cache: fixed shapes, one graph per number of pairs
@@ -216,7 +215,7 @@ class HeadDrafter(Drafter):
     @property
     def looks_up(self) -> bool:
         """Whether prompt lookup drafts with the head in this session (`--draft-lookup` applies)."""
-        return self.lookup is not None or self.chain_lookup is not None
+        return self.lookup is not None or self.chain_lookup
 
     @property
     def who(self) -> str:
@@ -328,7 +327,7 @@ class HeadDrafter(Drafter):
         self.read = self.known
         if self.shape.branches:
             return self._with_lookup(self._propose_tree(feature, depth), history, depth)
-        repeated = self.chain_lookup.continuations(history, depth, 1) if self.chain_lookup else None
+        repeated = self.repeats.continuations(history, depth, 1) if self.chain_lookup else None
         if repeated:  # the text repeats itself: what followed last time, no head steps this round
             return DraftTree.chain(torch.tensor(repeated[0], dtype=torch.long, device=self.target_device))
         drafted, finite = [], []
