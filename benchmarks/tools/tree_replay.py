@@ -6,8 +6,9 @@ features from one forward over the whole answer), grows its tree, and the accept
 longest one that spells the answer from there; the answer's next token is the bonus. What the
 decoding loop does (decoding/loop.py), minus the target's verification passes: a head variant
 (rerank temperature, tree shape, int8 rows, prompt lookup's branch grafted on or drafted in the
-head's place) is measured on the suites' first turns in a minute, where `mars eval` takes ten. The answers come from plain greedy decoding in the replay's dtype,
-cached in `--answers` (a JSONL file written on first use).
+head's place) is measured on the suites' first turns in a minute, where `mars eval` takes ten. The
+answers come from plain greedy decoding in the replay's dtype, cached in `--answers` (a JSONL file
+written on first use).
 
     python benchmarks/tools/tree_replay.py --answers /tmp/answers-bf16.jsonl --dtype bfloat16 \\
         --variants "own;t0.8:temperature=0.8;t1.25:temperature=1.25;int8:int8=1"
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from itertools import zip_longest
 from pathlib import Path
 
 import torch
@@ -27,7 +29,7 @@ from mars_cli.decoding.target import select_features
 from mars_cli.decoding.tree import DraftTree, TreeShape
 from mars_cli.evaluation.suites import load_suite
 from mars_cli.head import int8
-from mars_cli.head.drafter import HeadDrafter, load_head
+from mars_cli.head.drafter import REPEAT_MATCH, HeadDrafter, load_head
 from mars_cli.models import load_model
 from mars_cli.options import DecodingOptions
 from mars_cli.session import Session
@@ -103,7 +105,7 @@ def replay(drafter: HeadDrafter, features: torch.Tensor, prompt: list[int], answ
     return len(answer), rounds, by_depth, nodes
 
 
-STRONG = NgramDrafter(torch.device("cpu"), min_ngram=3)  # `reach`: matches of 3 tokens
+STRONG = NgramDrafter(torch.device("cpu"), min_ngram=REPEAT_MATCH)  # `reach`: the drafter's strong matches
 
 
 def parse_variants(text: str) -> dict[str, dict[str, float]]:
@@ -134,7 +136,8 @@ def main() -> None:
                              "lookup's continuation of up to L tokens, from a match of at least `ngram` tokens, "
                              "grafted on every tree; paths: that many continuations of earlier matches; instead: "
                              "lookup's continuation drafted in place of the head's (1: whenever found, 2: where the "
-                             "head's first token agrees); reach: after a 3-token match, up to R tokens; own_lookup: the head drafter's own `--draft-lookup on`)")
+                             "head's first token agrees); reach: after a 3-token match, up to R tokens; "
+                             "own_lookup: the head drafter's own `--draft-lookup on`)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     rows = answers(args.answers, args.suites.split(","), args.limit, args.dtype, args.max_new_tokens)
@@ -184,8 +187,7 @@ def main() -> None:
                 per_suite.setdefault(row["suite"], [0, 0])
                 per_suite[row["suite"]][0] += tokens
                 per_suite[row["suite"]][1] += rounds
-                levels += [0] * (len(by_depth) - len(levels))
-                levels = [a + b for a, b in zip(levels, by_depth + [0] * (len(levels) - len(by_depth)))]
+                levels = [a + b for a, b in zip_longest(levels, by_depth, fillvalue=0)]
         total = [sum(v[0] for v in per_suite.values()), sum(v[1] for v in per_suite.values())]
         results[name] = {"settings": settings, "tau": {s: v[0] / v[1] for s, v in {**per_suite, "all": total}.items()},
                          "accepted_by_depth": [round(a / total[1], 3) for a in levels],

@@ -180,9 +180,11 @@ class HeadDrafter(Drafter):
         # quoted lines), prompt lookup finds it. Each tree gets lookup's continuation as one more
         # branch (not compiled: one graph per width); a greedy chain is lookup's continuation instead
         # of the head's whenever the text's last REPEAT_MATCH tokens occurred before.
-        self.lookup = NgramDrafter(torch.device("cpu")) if lookup and shape.branches and not compile else None
-        self.chain_lookup = lookup and not shape.branches and sampling.greedy
         self.repeats = NgramDrafter(torch.device("cpu"), min_ngram=REPEAT_MATCH)  # matches of the last 3 tokens
+        # a tree's branch without such a match: shorter matches (the 3-token ones were looked for already)
+        self.lookup = (NgramDrafter(torch.device("cpu"), max_ngram=REPEAT_MATCH - 1)
+                       if lookup and shape.branches and not compile else None)
+        self.chain_lookup = lookup and not shape.branches and sampling.greedy
         self.feature_layers = head.feature_layers_for(target.model)  # what the scorer hands over
         # `--compile on`: every drafting step (a chain's one pair, a tree level's frontier) runs
         # through torch.compile on a static head cache: fixed shapes, one graph per number of pairs
