@@ -118,14 +118,16 @@ def vocabulary_subset(sequences: list[Sequence], size: int, always: set[int], vo
     return torch.tensor(chosen[: min(size, vocab_size)], dtype=torch.long)
 
 
-def make_batch(batch: list[Sequence], features: dict[int, torch.Tensor], max_length: int):
-    """Padded [B, T] tokens, [B, T, H] features, [B, T] validity, [B, T] answer mask."""
+def make_batch(batch: list[Sequence], features: dict[int, torch.Tensor], max_length: int,
+               device: torch.device | str = "cpu"):
+    """Padded [B, T] tokens, [B, T, H] features, [B, T] validity, [B, T] answer mask, on `device`
+    (the head's: features cached on the CPU train a head on a GPU)."""
     width = min(max_length, max(len(s.ids) for s in batch))
     hidden = features[batch[0].index].shape[-1]
-    tokens = torch.zeros(len(batch), width, dtype=torch.long)
-    feats = torch.zeros(len(batch), width, hidden)
-    valid = torch.zeros(len(batch), width, dtype=torch.bool)
-    answer = torch.zeros(len(batch), width, dtype=torch.bool)
+    tokens = torch.zeros(len(batch), width, dtype=torch.long, device=device)
+    feats = torch.zeros(len(batch), width, hidden, device=device)
+    valid = torch.zeros(len(batch), width, dtype=torch.bool, device=device)
+    answer = torch.zeros(len(batch), width, dtype=torch.bool, device=device)
     for row, sequence in enumerate(batch):
         n = min(width, len(sequence.ids))
         tokens[row, :n] = torch.tensor(sequence.ids[:n])
@@ -203,21 +205,25 @@ def held_out_acceptance(head: PairHead, sequences: list[Sequence], features: dic
     rounds = decoding_rounds = decoding_tokens = 0
     covered = total_answer = 0
     subset = set(head.vocab_ids.tolist())
+    device = next(head.parameters()).device
     for start in range(0, len(sequences), batch_size):
-        tokens, feats, valid, answer = make_batch(sequences[start : start + batch_size], features, max_length)
+        tokens, feats, valid, answer = make_batch(sequences[start : start + batch_size], features, max_length, device)
         outputs = head.unrolled(feats[:, :-1, : head.feature_width], tokens[:, 1:], k)
-        # pass e at pair i drafts the token at position i + 2
-        drafted = [head.vocab_ids[head.logits(o).argmax(-1)] for o in outputs]  # each [B, T-1]
-        for row in range(tokens.shape[0]):
-            n = int(valid[row].sum())
-            answer_start = int(answer[row].float().argmax()) if answer[row].any() else n
-            covered += sum(1 for t in tokens[row, answer_start:n].tolist() if t in subset)
+        # pass e at pair i drafts the token at position i + 2; scored below as Python lists
+        # (one host copy a batch, not a tensor read a position)
+        drafted = [head.vocab_ids[head.logits(o).argmax(-1)].tolist() for o in outputs]  # each [B][T-1]
+        rows, lengths, starts = tokens.tolist(), valid.sum(-1).tolist(), answer.float().argmax(-1).tolist()
+        has_answer = answer.any(-1).tolist()
+        for row in range(len(rows)):
+            n, truth = int(lengths[row]), rows[row]
+            answer_start = int(starts[row]) if has_answer[row] else n
+            covered += sum(1 for t in truth[answer_start:n] if t in subset)
             total_answer += n - answer_start
             def accepted(m: int) -> int:
                 """Drafts a round accepts after true pairs up to m (it drafts positions m+2 ..)."""
                 for e in range(1, k + 1):
                     i = m + e - 1
-                    if i + 2 >= n or int(drafted[e - 1][row, i]) != int(tokens[row, i + 2]):
+                    if i + 2 >= n or drafted[e - 1][row][i] != truth[i + 2]:
                         return e - 1
                 return k
 
@@ -251,8 +257,9 @@ def held_out_divergence(head: PairHead, sequences: list[Sequence], features: dic
     rows of the draft vocabulary) or from the head's own scoring of that state (eagle1)."""
     width, eagle3 = head.feature_width, isinstance(head, Eagle3Head)
     total, count = 0.0, 0
+    device = next(head.parameters()).device
     for start in range(0, len(sequences), batch_size):
-        tokens, feats, valid, answer = make_batch(sequences[start : start + batch_size], features, max_length)
+        tokens, feats, valid, answer = make_batch(sequences[start : start + batch_size], features, max_length, device)
         final = feats[:, 1:, width:] if eagle3 else feats[:, 1:, :width]
         target_logp = torch.log_softmax(final @ target_rows.T if eagle3 else head.logits(final), dim=-1)
         (predicted,) = head.unrolled(feats[:, :-1, :width], tokens[:, 1:], 1)
