@@ -10,10 +10,10 @@ a GPU gives that many steps of 64 answers in minutes. Within a wall-clock budget
    kept on the GPU in fp16 (no disk: 2304 values a position, about 11 GB for 2.3M positions);
 3. trains arms side by side on the same batches (train-head's loss: soft labels over the draft
    vocabulary, training-time test of `--depth`, 0.8^(d-1) weights, AdamW, warm-up and cosine):
-   `same` continues the shipped head; `wide` is the shipped head with its MLP `--widen` times wider,
+   `same` continues the shipped head (or `--init`'s); `wide` is that head with its MLP `--widen` times wider,
    grown so that it starts as the same function (the new rows of gate/up small and random, the new
    columns of down zero). The number of steps is set from the measured step time to fill the budget;
-4. scores every arm (and the shipped head) on the held-out greedy answers of the first prompt file
+4. scores every arm (and the head it started from) on the held-out greedy answers of the first prompt file
    (every tenth prompt, never trained on) as train-head does: chain acceptance k = 4 and KL.
 
 Everything lands under `--out`: log.json, and per arm config.json plus the weights in two halves
@@ -226,7 +226,9 @@ def measure(head: Eagle3Head, held: list[Stored], store, tokens, target_rows, k:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", required=True, help="comma-separated prompt files, answered in this order")
+    parser.add_argument("--prompts", help="comma-separated prompt files, answered in this order")
+    parser.add_argument("--join", type=Path, help="instead of a run: join the halves an arm's folder holds into a "
+                                                 "head directory at --out")
     parser.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run")
     parser.add_argument("--answer-share", type=float, default=0.45, help="share of the budget for answering")
     parser.add_argument("--reserve", type=float, default=45.0, help="seconds kept for the final measures and saves")
@@ -239,11 +241,19 @@ def main() -> None:
     parser.add_argument("--evals", type=int, default=6, help="held-out KL checks (and saves) during training")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--answer-dtype", default="bfloat16", help="the target's dtype while answering")
+    parser.add_argument("--init", type=Path, help="start from this head directory (default: the shipped head)")
+    parser.add_argument("--keep-answers", action="store_true",
+                        help="go on from the answers an earlier run on this machine left (default: answer afresh)")
     parser.add_argument("--limit", type=int, default=0, help="answer only the first N prompts of each file (tests)")
     parser.add_argument("--max-steps", type=int, default=0, help="at most this many steps (tests)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.join:
+        join_head(args.join, args.out)
+        return
+    if not args.prompts:
+        parser.error("--prompts is required for a run")
     started = time.time()
     deadline = started + args.budget
     args.out.mkdir(parents=True, exist_ok=True)
@@ -261,7 +271,8 @@ def main() -> None:
     work = Path("/tmp/gpu-train-head")
     work.mkdir(parents=True, exist_ok=True)
     for stale in work.glob("gen-*.jsonl"):
-        stale.unlink()
+        if not args.keep_answers:
+            stale.unlink()
     files = [Path(p) for p in args.prompts.split(",") if p]
     exact = target.model  # answers in bfloat16 (as train-head's GPU data was made), features from this
     target.model = copy.deepcopy(exact).to(getattr(torch, args.answer_dtype))
@@ -292,9 +303,10 @@ def main() -> None:
     watch = held[:: max(1, len(held) // 96)][:96]  # a fixed held-out sample for the KL checks
     record["train_answers"], record["held_out_answers"] = len(train_rows), len(held)
 
-    shipped = load_head("head", target).float().attach(target.model)
-    target_rows = target.model.get_output_embeddings().weight.detach()[shipped.vocab_ids].float()
-    arms = {"same": load_head("head", target).float().attach(target.model)}
+    start = f"head:{args.init}" if args.init else "head"
+    initial = load_head(start, target).float().attach(target.model)
+    target_rows = target.model.get_output_embeddings().weight.detach()[initial.vocab_ids].float()
+    arms = {"same": load_head(start, target).float().attach(target.model)}
     if args.widen > 1:
         arms["wide"] = widened(arms["same"], args.widen, target)
     for head in arms.values():
@@ -302,7 +314,7 @@ def main() -> None:
     fused = {"fused": True} if args.device == "cuda" else {}
     optimizers = {name: torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0,
                                           **fused) for name, head in arms.items()}
-    record["before"] = {"shipped": measure(fp16_copy(shipped, target), watch, store, tokens, target_rows, 4)}
+    record["before"] = {"start": measure(fp16_copy(initial, target), watch, store, tokens, target_rows, 4)}
     write_log()
 
     rng = random.Random(0)
@@ -331,10 +343,12 @@ def main() -> None:
         step += 1
         if step == 10:
             sizing_from = time.time()
-        if step == 30 and not total:  # size the run from the measured step time (after warm-up)
-            per_step = (time.time() - sizing_from) / 20
+        if step in (30, 130) and (not total or step < total):
+            # size the run from the measured step time (after warm-up), then again once the
+            # allocator has settled (the first sizing read 227 ms a step where 126 ms held)
+            per_step = (time.time() - sizing_from) / (step - 10)
             room = deadline - args.reserve - time.time()
-            total = max(20, int(room / per_step)) + 10
+            total = max(step + 10, step + int(room / per_step))
             if args.max_steps:
                 total = min(total, args.max_steps)
             record["per_step_s"], record["steps"] = per_step, total
@@ -361,7 +375,7 @@ def main() -> None:
                 break
     record["timings"]["trained"] = time.time() - started
     record["losses"] = {name: values[:: max(1, len(values) // 200)] for name, values in losses.items()}
-    figures = {"shipped": measure(fp16_copy(shipped, target), held, store, tokens, target_rows, 4)}
+    figures = {"start": measure(fp16_copy(initial, target), held, store, tokens, target_rows, 4)}
     write_log()
     for name, head in arms.items():
         head.load_state_dict(best[name][1])
@@ -369,8 +383,8 @@ def main() -> None:
         figures[name] = measure(fp16_copy(head, target), held, store, tokens, target_rows, 4)
         record["held_out"] = figures
         write_log()
-        log(f"{name}: tau {figures[name]['tau']:.3f} (shipped {figures['shipped']['tau']:.3f}), "
-            f"KL {figures[name]['divergence']:.3f} (shipped {figures['shipped']['divergence']:.3f})")
+        log(f"{name}: tau {figures[name]['tau']:.3f} (start {figures['start']['tau']:.3f}), "
+            f"KL {figures[name]['divergence']:.3f} (start {figures['start']['divergence']:.3f})")
     record["timings"]["done"] = time.time() - started
     write_log()
 

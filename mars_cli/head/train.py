@@ -352,11 +352,14 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
                     "the head to fine-tune is not shaped like one layer of this target")
             head.load_state_dict({k: v.float() if v.is_floating_point() else v
                                   for k, v in initial.state_dict().items()})
-        target_rows = target.model.get_output_embeddings().weight.detach()[head.vocab_ids].float()
+        target_rows = target.model.get_output_embeddings().weight.detach()[head.vocab_ids.to(target.output_device)].float()
     else:
         config = HeadConfig.for_target(target.model, target=target.spec, target_fingerprint=target.fingerprint,
                                        recipe=record)
         head = DraftHead(config, vocab_ids).attach(target.model)
+    # the head trains where the target's output rows are (a GPU when the target was loaded there)
+    device = target.output_device
+    head = head.to(device)
     optimizer = torch.optim.AdamW(head.parameters(), lr=settings.learning_rate, betas=(0.9, 0.95),
                                   weight_decay=0.0)
     steps_per_epoch = math.ceil(len(train_set) / settings.batch_size)
@@ -375,17 +378,19 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
     head.train()
     # bfloat16 matrix products where the processor computes them natively (AMX / AVX512-BF16):
     # about 3x faster training steps here; the weights and the optimizer stay float32
-    fast = settings.bfloat16 == "on" or (settings.bfloat16 == "auto" and cpu_computes_bfloat16())
+    # (on a GPU: where it computes bfloat16, as Ampere and later do)
+    native = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_computes_bfloat16()
+    fast = settings.bfloat16 == "on" or (settings.bfloat16 == "auto" and native)
     compute_loss = loss_function(settings.compile, total - step, next(head.parameters()).device)
     while step < total:
         epoch, offset = divmod(step, steps_per_epoch)
         order = list(range(len(train_set)))
         random.Random(settings.seed * 1000 + epoch).shuffle(order)
         picked = [train_set[i] for i in order[offset * settings.batch_size : (offset + 1) * settings.batch_size]]
-        tokens, feats, valid, _ = make_batch(picked, features, settings.max_length)
+        tokens, feats, valid, _ = make_batch(picked, features, settings.max_length, device)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, total, settings.learning_rate)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=fast):  # fp32 weights and optimizer
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=fast):  # fp32 weights and optimizer
             objective, _ = compute_loss(head, tokens, feats, valid, settings.depth, target_rows, settings.loss)
         optimizer.zero_grad(set_to_none=True)
         objective.backward()
