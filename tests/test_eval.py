@@ -205,6 +205,37 @@ def test_tiny_eval_writes_every_artefact(capsys, tmp_path, tiny_dir):
     assert "| vanilla |" in (out / "report.md").read_text()
 
 
+def test_each_methods_warm_up_decodes_a_whole_untimed_first_turn(capsys, tmp_path, tiny_dir, monkeypatch):
+    """What a session does on first use (allocation, the costs it measures) stays out of the
+    timings: before a method's first timed sample it decodes that sample's first turn in full (a
+    4-token warm-up left the first head sample 4-13x slower than the rest)."""
+    from mars_cli.session import Session
+
+    calls = []
+    real_run = Session.run
+
+    def recording_run(self, prompt, *args, **kwargs):
+        result = real_run(self, prompt, *args, **kwargs)
+        calls.append((id(self), kwargs.get("settings"), len(result.token_ids)))
+        return result
+
+    monkeypatch.setattr(Session, "run", recording_run)
+    out = tmp_path / "run"
+    assert main([*EVAL_ARGS, "--target", str(tiny_dir), "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    methods = {s["method"] for s in samples}
+    # a timed sample passes its settings (stop strings); a warm-up runs the session's own, in full
+    warm_ups = [(session, tokens) for session, settings, tokens in calls if settings is None]
+    assert len(warm_ups) == len(methods) == len({session for session, _ in warm_ups})
+    first_call = {}
+    for session, settings, _ in calls:
+        first_call.setdefault(session, settings)
+    assert all(settings is None for settings in first_call.values())  # before any timed sample
+    assert max(tokens for _, tokens in warm_ups) > 4  # past the old 4-token warm-up: -n 12
+    assert len(calls) == len(samples) + len(warm_ups)  # and none of them logged as a sample
+
+
 def test_resume_continues_an_interrupted_run(capsys, tmp_path, tiny_dir, monkeypatch):
     from mars_cli.evaluation import runner as ev
 
