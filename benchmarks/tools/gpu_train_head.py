@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 from mars_cli.decoding.target import select_features
-from mars_cli.head.data import HELD_OUT_EVERY, Answering, Sequence, generate
+from mars_cli.head.data import HELD_OUT_EVERY, Answering, Sequence, generate, read_generations
 from mars_cli.head.drafter import load_head
 from mars_cli.head.eagle3 import CONFIG_FILE, WEIGHTS_FILE, Eagle3Head
 from mars_cli.head.train import feature_layers, head_loss, held_out_acceptance, held_out_divergence, learning_rate
@@ -101,7 +101,6 @@ def answer_files(target, files: list[Path], limit: int, batch: int, deadline: fl
                 log(f"out of memory: answering {path.name} on in batches of {batch}")
                 continue
             break
-        from mars_cli.head.data import read_generations
         answered.append(sorted(read_generations(out).values(), key=lambda s: s.index))
         if time.time() > deadline:
             break
