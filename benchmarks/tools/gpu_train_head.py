@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 from mars_cli.decoding.target import select_features
-from mars_cli.head.data import HELD_OUT_EVERY, Answering, Sequence, generate, read_generations
+from mars_cli.head.data import HELD_OUT_EVERY, Answering, Sequence, _padded, generate, read_generations
 from mars_cli.head.drafter import load_head
 from mars_cli.head.eagle3 import CONFIG_FILE, WEIGHTS_FILE, Eagle3Head
 from mars_cli.head.train import feature_layers, head_loss, held_out_acceptance, held_out_divergence, learning_rate
@@ -63,11 +63,12 @@ class Stored:
     """One answer in the feature store: its rows `offset .. offset + length`."""
 
     source: int  # which prompt file
-    index: int  # the prompt's index in that file (the held-out rule reads it)
-    mode: str
+    sequence: Sequence  # its index in that file is what the held-out rule reads
     offset: int
-    length: int
-    prompt_length: int
+
+    @property
+    def length(self) -> int:
+        return len(self.sequence.ids)
 
 
 def log(message: str) -> None:
@@ -113,31 +114,22 @@ def extract(target, answered: list[list[Sequence]], layers, batch: int) -> tuple
     rows = [(source, s) for source, sequences in enumerate(answered) for s in sequences]
     rows.sort(key=lambda item: len(item[1].ids))
     total = sum(len(s.ids) for _, s in rows)
-    device = target.device
-    width = None
     store = tokens = None
     placed: list[Stored] = []
     offset = 0
     for start in range(0, len(rows), batch):
         chunk = rows[start : start + batch]
-        longest = max(len(s.ids) for _, s in chunk)
-        ids = torch.zeros(len(chunk), longest, dtype=torch.long)
-        mask = torch.zeros(len(chunk), longest, dtype=torch.long)
-        for row, (_, s) in enumerate(chunk):
-            ids[row, : len(s.ids)] = torch.tensor(s.ids)
-            mask[row, : len(s.ids)] = 1
-        ids, mask = ids.to(device), mask.to(device)
+        ids, mask = _padded([s.ids for _, s in chunk], 0, target.device, left=False)
         output = target.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False)
         hidden = select_features(output.hidden_states, layers)
         if store is None:
-            width = hidden.shape[-1]
-            store = torch.empty(total, width, dtype=torch.float16, device=device)
-            tokens = torch.empty(total, dtype=torch.long, device=device)
+            store = torch.empty(total, hidden.shape[-1], dtype=torch.float16, device=target.device)
+            tokens = torch.empty(total, dtype=torch.long, device=target.device)
         for row, (source, s) in enumerate(chunk):
             n = len(s.ids)
             store[offset : offset + n] = hidden[row, :n].to(torch.float16)
             tokens[offset : offset + n] = ids[row, :n]
-            placed.append(Stored(source, s.index, s.mode, offset, n, len(s.prompt_ids)))
+            placed.append(Stored(source, s, offset))
             offset += n
     return store, tokens, placed
 
@@ -213,11 +205,14 @@ def fp16_copy(head: Eagle3Head, target) -> Eagle3Head:
     return shipped.eval().attach(target.model)
 
 
-def measure(head: Eagle3Head, held: list[Stored], store, tokens, target_rows, k: int) -> dict:
+def held_view(held: list[Stored], store: torch.Tensor) -> tuple[list[Sequence], dict[int, torch.Tensor]]:
+    """train.py's (sequences, features by index) for answers in the GPU store (one prompt file's)."""
+    return [p.sequence for p in held], {p.sequence.index: store[p.offset : p.offset + p.length] for p in held}
+
+
+def measure(head: Eagle3Head, held: list[Stored], store, target_rows, k: int) -> dict:
     """Held-out chain acceptance (k drafts) and KL, as train-head measures them."""
-    features = {p.index: store[p.offset : p.offset + p.length] for p in held}
-    sequences = [Sequence(p.index, tokens[p.offset : p.offset + p.prompt_length].tolist(),
-                          tokens[p.offset + p.prompt_length : p.offset + p.length].tolist(), p.mode) for p in held]
+    sequences, features = held_view(held, store)
     figures = held_out_acceptance(head, sequences, features, k, 512, batch_size=32)
     figures.divergence = held_out_divergence(head, sequences, features, 512, target_rows, batch_size=32)
     return asdict(figures) | {"tau": figures.tau, "decoding_tau": figures.decoding_tau}
@@ -297,8 +292,9 @@ def main() -> None:
     record["positions"] = int(store.shape[0])
     log(f"features: {tuple(store.shape)}")
 
-    held = [p for p in placed if p.source == 0 and is_held_out(p.index, HELD_OUT_EVERY) and p.mode == "greedy"]
-    train_rows = [p for p in placed if not is_held_out(p.index, HELD_OUT_EVERY)]
+    held = [p for p in placed
+            if p.source == 0 and is_held_out(p.sequence.index, HELD_OUT_EVERY) and p.sequence.mode == "greedy"]
+    train_rows = [p for p in placed if not is_held_out(p.sequence.index, HELD_OUT_EVERY)]
     watch = held[:: max(1, len(held) // 96)][:96]  # a fixed held-out sample for the KL checks
     record["train_answers"], record["held_out_answers"] = len(train_rows), len(held)
 
@@ -313,7 +309,7 @@ def main() -> None:
     fused = {"fused": True} if args.device == "cuda" else {}
     optimizers = {name: torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0,
                                           **fused) for name, head in arms.items()}
-    record["before"] = {"start": measure(fp16_copy(initial, target), watch, store, tokens, target_rows, 4)}
+    record["before"] = {"start": measure(fp16_copy(initial, target), watch, store, target_rows, 4)}
     write_log()
 
     rng = random.Random(0)
@@ -358,10 +354,8 @@ def main() -> None:
                      "loss": {name: sum(values[-20:]) / len(values[-20:]) for name, values in losses.items()}}
             for name, head in arms.items():
                 head.eval()
-                kl = held_out_divergence(fp16_copy(head, target), [Sequence(p.index,
-                    tokens[p.offset : p.offset + p.prompt_length].tolist(),
-                    tokens[p.offset + p.prompt_length : p.offset + p.length].tolist()) for p in watch],
-                    {p.index: store[p.offset : p.offset + p.length] for p in watch}, 512, target_rows, batch_size=32)
+                kl = held_out_divergence(fp16_copy(head, target), *held_view(watch, store), 512, target_rows,
+                                         batch_size=32)
                 head.train()
                 entry[f"kl_{name}"] = kl
                 if kl < best[name][0]:
@@ -374,12 +368,12 @@ def main() -> None:
                 break
     record["timings"]["trained"] = time.time() - started
     record["losses"] = {name: values[:: max(1, len(values) // 200)] for name, values in losses.items()}
-    figures = {"start": measure(fp16_copy(initial, target), held, store, tokens, target_rows, 4)}
+    figures = {"start": measure(fp16_copy(initial, target), held, store, target_rows, 4)}
     write_log()
     for name, head in arms.items():
         head.load_state_dict(best[name][1])
         head.eval()
-        figures[name] = measure(fp16_copy(head, target), held, store, tokens, target_rows, 4)
+        figures[name] = measure(fp16_copy(head, target), held, store, target_rows, 4)
         record["held_out"] = figures
         write_log()
         log(f"{name}: tau {figures[name]['tau']:.3f} (start {figures['start']['tau']:.3f}), "
