@@ -40,6 +40,20 @@ def test_noisy_table_never_picks_a_pass_below_a_failure():
     assert sweeping.select(table, 0.02) == 0.97
 
 
+def test_relaxing_further_for_no_more_speed_is_not_chosen():
+    # every theta holds quality; tau stops rising at 0.90 (the 2026-12-04 greedy sweep's shape)
+    table = {0.97: {"m": 0.0}, 0.94: {"m": 0.0}, 0.90: {"m": 0.01}, 0.85: {"m": 0.01}, 0.80: {"m": 0.01}}
+    taus = {0.97: 2.50, 0.94: 2.97, 0.90: 3.03, 0.85: 3.03, 0.80: 3.031}
+    assert sweeping.select(table, 0.02) == 0.80  # without taus: the most permissive that holds
+    assert sweeping.select(table, 0.02, taus) == 0.90  # the strictest within 1% of the best tau
+    taus[0.80] = 3.2  # speed still rising: the most permissive again
+    assert sweeping.select(table, 0.02, taus) == 0.80
+    # a failing theta still ends the walk, whatever its tau
+    table[0.85]["m"] = 0.05
+    assert sweeping.select(table, 0.02, taus) == 0.90
+    assert sweeping.select({0.97: {"m": 0.5}}, 0.02, {0.97: 9.0}) is None
+
+
 def test_relative_drop_is_a_share_of_strict_and_higher_is_better():
     assert sweeping.relative_drop(0.5, 0.49) == pytest.approx(0.02)
     assert sweeping.relative_drop(-0.40, -0.41) == pytest.approx(0.025)  # log-probability: lower is worse

@@ -1,5 +1,6 @@
 """The measured-quality objective (`mars calibrate --objective quality=DROP`): sweep theta over a
-suite with task metrics and keep the most permissive theta whose quality stays within DROP.
+suite with task metrics and keep the most permissive theta whose quality stays within DROP
+(no more permissive than the speed it buys).
 
 The loss objective is a bound on what relaxation could cost; this one measures it. Per decoding
 mode the target decodes every sample once with strict verification (the reference, whose emitted
@@ -8,8 +9,9 @@ loaded target and one drafter (only the verifier changes between runs, passed to
 call). Each run's per-sample records are `mars eval`'s, and eval's aggregation gives tau, the
 relaxed share, the target's mean log-probability and each suite's task metric; a theta passes
 when every quality metric's relative drop from strict is at most DROP. Walking from the
-strictest theta down, the chosen one is the last before the first failure, so a noisy pass below
-a failure is never picked. A bootstrap over samples (within each suite) gives the chosen theta's
+strictest theta down, the passing ones are those before the first failure, so a noisy pass below
+a failure is never picked; of them the chosen one is the strictest whose tau is within 1% of the
+best passing tau, since relaxing further for no speed only spends the quality budget. A bootstrap over samples (within each suite) gives the chosen theta's
 interval and each drop's interval.
 """
 
@@ -39,6 +41,7 @@ DEFAULT_THETAS = {
 STRICT = "strict"
 SPEED = ("tau", "relaxed_share")  # the other keys of a summary are quality metrics
 RESAMPLES = 200
+SPEED_TIE = 0.01  # a tau within 1% of the best passing one counts as the same speed
 
 
 # --------------------------------------------------------------------------- inputs
@@ -107,21 +110,31 @@ def drops(reference: Mapping[str, float], summary: Mapping[str, float]) -> dict[
             if name not in SPEED and name in summary}
 
 
-def select(table: Mapping[float, Mapping[str, float]], limit: float) -> float | None:
-    """The most permissive theta whose every drop is <= limit, walking from the strictest theta
-    down and stopping at the first failure; None when even the strictest one fails."""
-    chosen = None
+def select(table: Mapping[float, Mapping[str, float]], limit: float,
+           taus: Mapping[float, float] | None = None) -> float | None:
+    """The theta to ship: walking from the strictest theta down, the ones before the first whose
+    drop exceeds limit pass; of those, the strictest whose tau (when given) is within SPEED_TIE of
+    the best passing tau, else the most permissive. None when even the strictest one fails."""
+    passing = []
     for theta in sorted(table, reverse=True):
         if any(drop > limit for drop in table[theta].values()):
             break
-        chosen = theta
-    return chosen
+        passing.append(theta)
+    if not passing:
+        return None
+    if taus is None:
+        return passing[-1]
+    best = max(taus[theta] for theta in passing)
+    return next(theta for theta in passing if taus[theta] >= best * (1 - SPEED_TIE))
 
 
 def drop_table(reference: Sequence[dict], runs: Mapping[float, Sequence[dict]],
-               indices: Sequence[int]) -> dict[float, dict[str, float]]:
+               indices: Sequence[int]) -> tuple[dict[float, dict[str, float]], dict[float, float]]:
+    """Each theta's quality drops from strict, and its tau, over the chosen samples."""
     strict = summarise(reference, indices)
-    return {theta: drops(strict, summarise(records, indices)) for theta, records in runs.items()}
+    summaries = {theta: summarise(records, indices) for theta, records in runs.items()}
+    return ({theta: drops(strict, summary) for theta, summary in summaries.items()},
+            {theta: summary["tau"] for theta, summary in summaries.items()})
 
 
 def bootstrap(reference: Sequence[dict], runs: Mapping[float, Sequence[dict]], limit: float,
@@ -135,8 +148,8 @@ def bootstrap(reference: Sequence[dict], runs: Mapping[float, Sequence[dict]], l
     chosen, spread = [], defaultdict(list)
     for _ in range(resamples):
         indices = [rng.choice(group) for group in by_suite.values() for _ in group]
-        table = drop_table(reference, runs, indices)
-        picked = select(table, limit)
+        table, taus = drop_table(reference, runs, indices)
+        picked = select(table, limit, taus)
         chosen.append(1.0 if picked is None else picked)
         for theta, row in table.items():
             for name, value in row.items():
@@ -240,7 +253,8 @@ def sweep_block(run: ModeRun, limit: float, measure: str, seed: int) -> dict:
                                "drop_interval_90": [_round(v) for v in drop_intervals[theta][name]]}
                         for name, drop in row_drops.items()},
         })
-    chosen = select(drop_table(run.reference, run.runs, everything), limit)
+    table, taus = drop_table(run.reference, run.runs, everything)
+    chosen = select(table, limit, taus)
     return {
         "measure": measure,
         "samples": len(run.reference),
