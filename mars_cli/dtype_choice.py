@@ -52,8 +52,9 @@ from .decoding.acceptance import EARLY_HEAD, DraftAcceptance
 from .errors import KERNEL_FAILURES, first_line
 from .models import DTYPES, LoadedModel
 
-SCHEMA = 6  # 3: drafting sessions chosen for apart (the key's "decoding"); 4: bfloat16 timed packed;
-# 5: a drafting session's key holds the acceptance figures its estimate used; 6: the check's CHECK_POSITIONS
+SCHEMA = 7  # 3: drafting sessions chosen for apart (the key's "decoding"); 4: bfloat16 timed packed;
+# 5: a drafting session's key holds the acceptance figures its estimate used; 6: the check's CHECK_POSITIONS;
+# 7: float32 timed packed too (the key's "packed")
 PLAIN, SPECULATIVE = "plain", "speculative"  # how the session decodes: what the choice compares
 FOLDER = "dtypes"  # <cache>/dtypes/<hash of the key>.json
 EXACT = "float32"  # the reference every candidate is checked against; `--dtype float32` is the exact mode
@@ -91,10 +92,10 @@ def candidates(device: torch.device) -> tuple[str, ...]:
 
 def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = False, packed: bool = False) -> dict:
     """Everything the choice depends on that can change between runs on one machine (`packed`:
-    bfloat16 timed on packed linears, as a session with `--packed-weights` other than off runs it;
+    each CPU candidate timed on packed linears, as a session with `--packed-weights` other than off runs it;
     a drafting session's: the acceptance figures it is estimated at, so a new head re-measures)."""
     key = {**cost.machine_key(model_fingerprint, device), "candidates": list(candidates(device)),
-           "decoding": SPECULATIVE if speculative else PLAIN, "packed_bfloat16": packed}
+           "decoding": SPECULATIVE if speculative else PLAIN, "packed": packed}
     if speculative:
         key["acceptance"] = default_acceptance(model_fingerprint).key()
     return key
@@ -239,7 +240,7 @@ def _number(value: object) -> float | None:
 def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = False,
            packed: bool = False) -> DtypeChoice:
     """The dtype `--dtype auto` decodes `target` in (loaded in float32, left in float32 here),
-    for a session that drafts (`speculative`) or not, bfloat16 timed on packed linears (`packed`)
+    for a session that drafts (`speculative`) or not, each candidate timed on packed linears (`packed`)
     where they can be packed:
     the cached choice, else measured under the entry's lock and cached, with one note on stderr.
     `fresh` (`mars profile --dtypes`) measures afresh, unbounded, and says nothing (the table
@@ -265,14 +266,14 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> Dt
 
     names = list(key["candidates"])
     busy = cost.busy_reason()  # before measuring: the measuring itself loads the machine
-    switch = Switch(target.model) if key.get("packed_bfloat16") else None
+    switch = Switch(target.model) if key.get("packed") else None
     packed: set[str] = set()  # the candidates that ran on packed linears
 
     def use(name: str) -> None:
-        """The weights in dtype `name`; bfloat16's on packed linears where asked for and possible
-        (switched, not packed again, from the second time on)."""
+        """The weights in dtype `name`, on packed linears where asked for and possible (switched,
+        not packed again, from the second time on)."""
         weights.use(name)
-        if switch is not None and switch.set(name == "bfloat16"):
+        if switch is not None and switch.set(True):
             packed.add(name)
 
     with _Weights(target.model) as weights:

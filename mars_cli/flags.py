@@ -104,9 +104,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
                "'off', or 'auto' (on "
                "for CUDA where torch can compile; off on CPU, where the compile time is not won back)."),
     _flag("packed_weights", str, "auto", "--packed-weights", rich_help_panel=MODEL,
-          help="Run the target's bfloat16 linear layers on weights packed once for the CPU's matrix kernels, "
-               "instead of reordered in every call: 'on', 'off', or 'auto' (on where a measurement here says it "
-               "pays: once per model, device, dtype and torch, cached). Same numbers either way."),
+          help="Run the target's bfloat16 or float32 linear layers on weights packed once for the CPU's matrix "
+               "kernels: 'on', 'off', or 'auto' (on where a measurement here says it pays: once per model, device, "
+               "dtype and torch, cached). The same numbers up to the order of a sum's terms."),
     _flag("device_map", Optional[str], None, "--device-map", rich_help_panel=MODEL,
           help="'auto' spreads a target too large for one device over GPUs (and CPU) with accelerate."),
     _flag("trust_remote_code", bool, False, "--trust-remote-code", rich_help_panel=MODEL,

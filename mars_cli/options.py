@@ -43,7 +43,7 @@ class ModelOptions:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     compile: str = "auto"  # static cache + compiled forwards: auto, on or off (decoding/target.py)
-    packed_weights: str = "auto"  # bfloat16 linears on prepacked weights: auto, on or off (packing.py)
+    packed_weights: str = "auto"  # bfloat16 and float32 linears on prepacked weights: auto, on or off (packing.py)
 
     def load(self, spec: str | None = None, *, dtype: torch.dtype | None = None,
              measure_dtypes: bool = False, speculative: bool = False) -> LoadedModel:

@@ -1,4 +1,4 @@
-"""`--packed-weights`: the target's bfloat16 linear layers on weights prepacked for oneDNN (CPU).
+"""`--packed-weights`: the target's linear layers on weights prepacked for oneDNN (CPU).
 
 On a CPU, torch runs a bfloat16 `F.linear` through oneDNN with the weight in torch's plain layout,
 which oneDNN reorders into its blocked layout inside every call: 211 reorders of 270 MB of weights
@@ -7,8 +7,12 @@ what inductor's weight freezing does) and calling the packed product
 (`torch.ops.mkldnn._linear_pointwise`) gives the same numbers without the reorders: on an Intel
 Xeon with AMX a forward of SmolLM2 took about 20% less at width 1 and at width 25, and plain
 decoding ran 1.13-1.15x faster (docs/benchmarks.md).
-Float32 is left alone: it is the exact mode, and MKL's packed float32 product only pays at the one
-width it was packed for.
+Float32 linears are packed the same way. Torch's own float32 product (MKL) slows down sharply past
+one row on some CPUs: on an AMD EPYC with AVX2 only a 17-wide forward of SmolLM2 took 2.4x a
+one-row one, packed 1.7x (SmolLM2's 49,152-row output layer alone: 23 ms dense at two rows, 4.4
+packed), so tree rounds in float32, the exact mode, cost a third less there. The packed product
+computes the same sums in another order, as any other kernel for another width does: losslessness
+is measured as before (strict greedy against plain decoding, on the same packed weights).
 
 The packed copy is a snapshot: each packed layer checks on every call that its weight is still the
 tensor it packed (the dtype chooser swaps weights in place), and otherwise, or when autograd
@@ -36,6 +40,7 @@ FOLDER = "packing"  # <cache>/packing/<hash of the key>.json
 # oneDNN picks its blocking for the rows it is told to expect; 25 (a default 4 x 24 tree round) was
 # the best of 1, 16, 25 and 64 for widths 1 and 25 on the Intel Xeon with AMX (docs/benchmarks.md)
 PACK_ROWS = 25
+PACKED_DTYPES = (torch.bfloat16, torch.float32)
 WIDTHS = (1, PACK_ROWS)  # what the measurement times: a plain step and a tree round
 STEPS = 3  # forwards of each width per timed block
 REPEATS = 5  # blocks per variant, dense and packed interleaved; the median counts
@@ -58,7 +63,7 @@ class PackingChoice:
     cached: bool = False
     unsaved: str | None = None  # measured now but not cached, and why
     timed_twice: bool = False  # the first blocks were a close call (cost.close_call): pooled with a second set
-    follows_dtype: bool = False  # packed within noise because --dtype auto timed bfloat16 packed (not cached)
+    follows_dtype: bool = False  # packed within noise because --dtype auto timed this dtype packed (not cached)
 
     def to_json(self) -> str:
         import json
@@ -67,32 +72,36 @@ class PackingChoice:
 
 
 def packable(model: torch.nn.Module) -> list[torch.nn.Linear]:
-    """The linear layers packing applies to: bfloat16 weights on the CPU."""
+    """The linear layers packing applies to: bfloat16 and float32 weights on the CPU."""
     return [module for module in model.modules() if isinstance(module, torch.nn.Linear)
-            and module.weight.device.type == "cpu" and module.weight.dtype == torch.bfloat16]
+            and module.weight.device.type == "cpu" and module.weight.dtype in PACKED_DTYPES]
 
 
 def problem(model: torch.nn.Module) -> str | None:
-    """Why this model's linears cannot run packed here (one sentence), or None: no bfloat16 linear
+    """Why this model's linears cannot run packed here (one sentence), or None: no bfloat16 or float32 linear
     on the CPU, a torch without the oneDNN ops, or a probe whose packed product raises or differs
     from `F.linear`'s."""
     layers = packable(model)
     if not layers:
-        return "only bfloat16 linear layers on the CPU are packed"
+        return "only bfloat16 and float32 linear layers on the CPU are packed"
     if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         return f"torch {torch.__version__} has no oneDNN packed linear product"
     layer = layers[0]
-    probe = torch.randn(PACK_ROWS, layer.in_features, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    probe = torch.randn(PACK_ROWS, layer.in_features, generator=torch.Generator().manual_seed(0)).to(layer.weight.dtype)
     try:
         with torch.inference_mode():
             packed = PackedForward(layer, PACK_ROWS)
             got, expected = packed.product(probe).float(), F.linear(probe, layer.weight, layer.bias).float()
     except KERNEL_FAILURES as exc:
-        return f"torch cannot pack bfloat16 weights on this CPU ({first_line(exc)})"
+        return f"torch cannot pack {dtype_name(layer.weight.dtype)} weights on this CPU ({first_line(exc)})"
     scale = float(expected.abs().max()) or 1.0
     if not torch.allclose(got, expected, rtol=0, atol=TOLERANCE * scale):
         return "the packed product differs from torch's on this CPU"
     return None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
 
 
 def weight_identity(weight: torch.Tensor) -> tuple:
@@ -151,25 +160,31 @@ def _use(forwards: list[PackedForward]) -> list[PackedForward]:
 
 class Switch:
     """A model's linears switched between packed and dense without packing again, for timed
-    comparisons (here, and the dtype chooser's bfloat16 candidate): packed on the first `set(True)`
-    if they can be (`problem`), whatever the model's dtype is then; dense on `set(False)`."""
+    comparisons (here, and the dtype chooser's candidates): on `set(True)` packed if they can be
+    (`problem`) in whatever dtype the model's weights are then, each dtype packed once; dense on
+    `set(False)`."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.forwards: list[PackedForward] | None = None
-        self.refused: str | None = None  # why they cannot be packed, once tried
+        self.forwards: dict[torch.dtype, list[PackedForward]] = {}
+        self.refused: dict[torch.dtype, str] = {}  # why a dtype's linears cannot be packed, once tried
 
     def set(self, packed: bool) -> bool:
         """Packed or dense; returns whether the linears run packed now."""
-        if not packed or self.refused is not None:
-            remove(self.model)
+        remove(self.model)
+        layers = packable(self.model)
+        if not packed or not layers:
             return False
-        if self.forwards is None:
-            self.refused = problem(self.model)
-            if self.refused is not None:
-                return False
-            self.forwards = _packed_forwards(self.model, PACK_ROWS)
-        _use(self.forwards)
+        dtype = layers[0].weight.dtype
+        if dtype not in self.forwards and dtype not in self.refused:
+            why = problem(self.model)
+            if why is not None:
+                self.refused[dtype] = why
+            else:
+                self.forwards[dtype] = _packed_forwards(self.model, PACK_ROWS)
+        if dtype in self.refused:
+            return False
+        _use(self.forwards[dtype])
         return True
 
 
@@ -189,7 +204,7 @@ def installed(model: torch.nn.Module) -> bool:
 def settle(target, mode: str, compiled: bool, timed_packed: bool = False) -> PackingChoice:
     """Pack `target`'s linears or not, for `--packed-weights mode`: `off` never; `on` wherever
     it can be done (else a UserError); `auto` when a measurement (cached) says it pays. A compiled
-    scorer's forwards are left to the compiler. `timed_packed`: `--dtype auto` chose bfloat16 on
+    scorer's forwards are left to the compiler. `timed_packed`: `--dtype auto` chose the dtype on
     packed timings; then `auto` packs unless dense was clearly faster (`follows_dtype`)."""
     if mode not in MODES:
         raise UserError(f"--packed-weights {mode}: expected auto, on or off")
@@ -219,15 +234,16 @@ def follows_dtype(choice: PackingChoice) -> PackingChoice:
     if choice.packed or choice.ms_dense is None or choice.ms_packed is None:
         return choice
     if choice.ms_dense <= PREFERENCE * choice.ms_packed:
-        return choice  # dense clearly faster: bfloat16 dense is faster still than what was timed
-    notes.note(f"--packed-weights auto: bfloat16 packed, as --dtype auto timed it (dense {choice.ms_dense:.0f} ms "
+        return choice  # dense clearly faster: dense is faster still than what was timed
+    notes.note(f"--packed-weights auto: {choice.key.get('dtype', 'the dtype')} packed, as --dtype auto timed it "
+               f"(dense {choice.ms_dense:.0f} ms "
                f"vs packed {choice.ms_packed:.0f} ms is within noise)", once=True)
     return dataclasses.replace(choice, packed=True, follows_dtype=True)
 
 
 def packing_key(target) -> dict:
     """What the measurement depends on that can change between runs on one machine."""
-    return {**cost.machine_key(target.fingerprint, target.device), "dtype": str(target.dtype).replace("torch.", ""),
+    return {**cost.machine_key(target.fingerprint, target.device), "dtype": dtype_name(target.dtype),
             "rows": PACK_ROWS, "widths": list(WIDTHS)}
 
 
@@ -313,9 +329,10 @@ def measure(target, key: dict, deadline: float | None = None) -> PackingChoice:
 def describe(choice: PackingChoice) -> str:
     """The one line a measured choice is announced with."""
     verdict = "packed" if choice.packed else "left dense"
-    line = (f"--packed-weights auto: the target's bfloat16 linears {verdict} (a plain step and a {PACK_ROWS}-wide "
+    dtype = choice.key.get("dtype", "")
+    line = (f"--packed-weights auto: the target's {dtype} linears {verdict} (a plain step and a {PACK_ROWS}-wide "
             f"round, {STEPS} each: {choice.ms_dense:.0f} ms dense, {choice.ms_packed:.0f} ms packed"
             f"{', timed twice: a close call' if choice.timed_twice else ''})"
             if choice.ms_dense is not None and choice.ms_packed is not None
-            else f"--packed-weights auto: the target's bfloat16 linears {verdict}")
+            else f"--packed-weights auto: the target's {dtype} linears {verdict}")
     return cost.announced(line, choice.unsaved, "model, device, dtype and torch version, then cached")

@@ -407,9 +407,11 @@ def test_profile_dtypes_shows_the_table(tiny_dir, capsys, cache):
     assert "float32" in table and "bfloat16" in table and "yes (the reference)" in table
     assert out.count("← --dtype auto") == 1
     assert ("cached for --dtype auto in" in out) == (entries(cache) != [])
-    from mars_cli import packing  # bfloat16 was timed as sessions run it: on packed linears where they can be
+    from mars_cli import packing  # each dtype was timed as sessions run it: on packed linears where they can be
 
-    assert ("(packed" in table) == (packing.problem(torch.nn.Linear(8, 8).to(torch.bfloat16)) is None)
+    for dtype in (torch.float32, torch.bfloat16):
+        label = f"{str(dtype).replace('torch.', '')} (packed"
+        assert (label in table) == (packing.problem(torch.nn.Linear(8, 8).to(dtype)) is None)
 
 
 def test_profile_dtypes_json_reports_the_measurement(tiny_dir, capsys, probe):
@@ -439,11 +441,12 @@ def test_eval_chooses_for_drafting_when_any_method_drafts(tiny_dir, probe, capsy
 
 
 # ----------------------------------------------------------------------------- packed bfloat16
-def test_bfloat16_is_timed_on_packed_linears_when_asked(tiny_dir, monkeypatch, cache, capsys):
+def test_each_dtype_is_timed_on_packed_linears_when_asked(tiny_dir, monkeypatch, cache, capsys):
     from mars_cli import packing
 
-    # where torch or the CPU cannot pack, bfloat16 is timed dense, and says so
+    # where torch or the CPU cannot pack a dtype, it is timed dense, and says so
     can_pack = packing.problem(torch.nn.Linear(8, 8).to(torch.bfloat16)) is None
+    can_pack_float32 = packing.problem(torch.nn.Linear(8, 8)) is None
     seen: dict[str, bool] = {}
 
     def time_steps(target, use, names, deadline=None):
@@ -455,9 +458,9 @@ def test_bfloat16_is_timed_on_packed_linears_when_asked(tiny_dir, monkeypatch, c
     monkeypatch.setattr(dtype_choice, "time_steps", time_steps)
     target = load_model(str(tiny_dir), device="cpu", dtype="float32")
     choice = dtype_choice.choose(target, packed=True)
-    assert seen == {"float32": False, "bfloat16": can_pack}
-    assert {c.dtype: c.packed for c in choice.candidates} == {"float32": False, "bfloat16": can_pack}
-    assert choice.key["packed_bfloat16"] is True and not packing.installed(target.model)
+    assert seen == {"float32": can_pack_float32, "bfloat16": can_pack}
+    assert {c.dtype: c.packed for c in choice.candidates} == {"float32": can_pack_float32, "bfloat16": can_pack}
+    assert choice.key["packed"] is True and not packing.installed(target.model)
     assert {p.dtype for p in target.model.parameters()} == {torch.float32}  # left in float32, dense
     assert ("bfloat16 (packed linears)" in capsys.readouterr().err) == can_pack
     assert dtype_choice.choose(target, packed=True).cached  # cached under its own key

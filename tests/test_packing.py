@@ -173,13 +173,14 @@ def test_the_real_measurement_leaves_the_model_dense(bf16_target):
     assert not packing.installed(bf16_target.model)
 
 
-def test_float32_and_compiled_forwards_are_not_packed(tiny_target, bf16_target):
-    assert packing.problem(tiny_target.model) == "only bfloat16 linear layers on the CPU are packed"
-    assert not packing.settle(tiny_target, "auto", compiled=False).packed
+def test_float16_and_compiled_forwards_are_not_packed(tiny_dir, bf16_target):
+    half = load_model(str(tiny_dir), device="cpu", dtype="float16")
+    assert packing.problem(half.model) == "only bfloat16 and float32 linear layers on the CPU are packed"
+    assert not packing.settle(half, "auto", compiled=False).packed
     assert not packing.settle(bf16_target, "auto", compiled=True).packed
-    with pytest.raises(UserError, match="^--packed-weights on: only bfloat16"):
-        packing.settle(tiny_target, "on", compiled=False)
-    assert not packing.installed(tiny_target.model)
+    with pytest.raises(UserError, match="^--packed-weights on: only bfloat16 and float32"):
+        packing.settle(half, "on", compiled=False)
+    assert not packing.installed(half.model)
 
 
 def test_a_bad_value_is_one_line_exit_2(capsys, tiny_dir):
