@@ -81,7 +81,10 @@ MAX_SPREAD = 2.0  # a dtype's slowest block over its fastest beyond this: the ma
 # A lower precision is chosen only when its step is at most this fraction of float32's: within noise
 # float32, exact, stays (the chosen dtype is then within 3% of the fastest).
 EXACT_PREFERENCE = 0.97
-BUDGET_S = 10.0  # a first use measures for about this long at most (as the cost curve's does)
+# a first use times steps for about this long at most (as the cost curve's does), counted from the end
+# of the check: the check's work is fixed, and bfloat16 in software spent 6 s of the budget on it
+# (wide forwards) on an AMD EPYC with AVX2 only, so that no measurement there ever completed
+BUDGET_S = 10.0
 
 
 def candidates(device: torch.device) -> tuple[str, ...]:
@@ -252,7 +255,7 @@ def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = Fals
         f"{cost.LOCK_WAIT_S:.0f} s)"))
     choice = cost.cached_or_measured(
         cost.cache_path(key, FOLDER), lambda: load_cached(key),
-        lambda: measure(target, key, None if fresh else cost._now() + BUDGET_S),
+        lambda: measure(target, key, None if fresh else BUDGET_S),
         lambda why: DtypeChoice(key, EXACT, [Candidate(EXACT, True, 1.0)], unsaved=why),
         "dtype measurement", fresh, waiting)
     if not fresh and not choice.cached:
@@ -260,8 +263,9 @@ def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = Fals
     return choice
 
 
-def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> DtypeChoice:
-    """Check and time each candidate on `target` (loaded in float32; left in float32)."""
+def measure(target: LoadedModel, key: dict, budget_s: float | None = None) -> DtypeChoice:
+    """Check and time each candidate on `target` (loaded in float32; left in float32), the timing
+    within `budget_s` from the check's end (None: unbounded)."""
     from .packing import Switch
 
     names = list(key["candidates"])
@@ -278,7 +282,7 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> Dt
 
     with _Weights(target.model) as weights:
         try:
-            found = _measured(target, key, use, names, deadline)
+            found = _measured(target, key, use, names, budget_s)
         finally:
             if switch is not None:
                 switch.set(False)
@@ -296,13 +300,15 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> Dt
 
 
 def _measured(target: LoadedModel, key: dict, use: Callable[[str], None], names: Sequence[str],
-              deadline: float | None) -> list[Candidate]:
-    """Each candidate checked, timed and (a speculative session) estimated, with `use` switching."""
+              budget_s: float | None) -> list[Candidate]:
+    """Each candidate checked, timed (within `budget_s` of the check's end) and (a speculative
+    session) estimated, with `use` switching."""
     found = check_usable(target, use, names)
     usable = [c.dtype for c in found if c.usable]
+    deadline = None if budget_s is None else cost._now() + budget_s
     samples = time_steps(target, use, usable, deadline)
     if _close_call(samples):  # timed again, the blocks pooled
-        again = None if deadline is None else cost._now() + BUDGET_S
+        again = None if budget_s is None else cost._now() + budget_s
         samples = cost.pooled(samples, time_steps(target, use, usable, again))
     for candidate in found:
         times = samples.get(candidate.dtype) or []

@@ -116,6 +116,31 @@ def test_a_close_call_is_timed_again_and_decided_on_every_block(tiny_dir, monkey
     assert "timed twice: a close call" in capsys.readouterr().err
 
 
+def test_the_timing_budget_starts_after_the_check(tiny_dir, monkeypatch, cache):
+    """The check's work is fixed (whole prompts through each dtype); on a CPU converting bfloat16 in
+    software it once took most of the budget, so no measurement completed there. The steps get
+    the whole budget from the check's end."""
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(cost, "_now", lambda: clock["now"])
+    real_check = dtype_choice.check_usable
+
+    def slow_check(target, use, names):
+        clock["now"] += 60.0  # a check longer than the whole budget
+        return real_check(target, use, names)
+
+    deadlines = []
+
+    def time_steps(target, use, names, deadline=None):
+        deadlines.append(deadline)
+        return {name: [10.0 if name == "float32" else 6.0] * dtype_choice.REPEATS for name in names}
+
+    monkeypatch.setattr(dtype_choice, "check_usable", slow_check)
+    monkeypatch.setattr(dtype_choice, "time_steps", time_steps)
+    choice = dtype_choice.choose(load_model(str(tiny_dir), device="cpu", dtype="float32"))
+    assert deadlines == [1060.0 + dtype_choice.BUDGET_S]
+    assert choice.chosen == "bfloat16" and choice.unsaved is None and entries(cache)  # complete: cached
+
+
 def test_the_real_probe_interleaves_dtypes_and_leaves_float32_weights(tiny_target):
     used: list[str] = []
     with dtype_choice._Weights(tiny_target.model) as weights:
