@@ -589,7 +589,7 @@ def load_model(
     and must pass the usability check first. `measure_dtypes` (`mars profile --dtypes`) measures
     afresh whatever `dtype` says, and attaches the measurement (`LoadedModel.dtype_choice`).
     `speculative`: the model will be decoded with drafting, which `auto` chooses for;
-    `packed_weights` (`--packed-weights`): unless off, `auto` times bfloat16 on packed linears, as
+    `packed_weights` (`--packed-weights`): unless off, `auto` times each dtype on packed linears, as
     the session will run it where packing pays (packing.py; the session decides that itself)."""
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer

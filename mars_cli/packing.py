@@ -228,16 +228,15 @@ def settle(target, mode: str, compiled: bool, timed_packed: bool = False) -> Pac
 
 def follows_dtype(choice: PackingChoice) -> PackingChoice:
     """A dtype chosen on packed timings runs packed unless dense's block was at most PREFERENCE of
-    packed's: the dtype's measurement compared packed bfloat16 with float32, and a close call
-    between dense and packed (dense by default) once ran bfloat16 dense where only its packed steps
-    had been timed, at 0.84-0.94x the float32 it had been chosen over (docs/benchmarks.md)."""
+    packed's: the dtype's measurement timed its candidates packed, and a close call between dense
+    and packed (dense by default) once ran bfloat16 dense where only its packed steps had been
+    timed, at 0.84-0.94x the float32 it had been chosen over (docs/benchmarks.md)."""
     if choice.packed or choice.ms_dense is None or choice.ms_packed is None:
         return choice
     if choice.ms_dense <= PREFERENCE * choice.ms_packed:
         return choice  # dense clearly faster: dense is faster still than what was timed
     notes.note(f"--packed-weights auto: {choice.key.get('dtype', 'the dtype')} packed, as --dtype auto timed it "
-               f"(dense {choice.ms_dense:.0f} ms "
-               f"vs packed {choice.ms_packed:.0f} ms is within noise)", once=True)
+               f"(dense {choice.ms_dense:.0f} ms vs packed {choice.ms_packed:.0f} ms is within noise)", once=True)
     return dataclasses.replace(choice, packed=True, follows_dtype=True)
 
 

@@ -30,7 +30,7 @@ class FakeTarget:
     device = torch.device("cpu")
     dtype = torch.float32
     vocab_size = 64
-    model = torch.nn.Linear(2, 2)  # float32: never packed (mars_cli/packing.py)
+    model = torch.nn.Linear(2, 2)  # dense: nothing here packs it (mars_cli/packing.py)
 
 
 class FakeScorer:
