@@ -11,8 +11,8 @@ relaxed share, the target's mean log-probability and each suite's task metric; a
 when every quality metric's relative drop from strict is at most DROP. Walking from the
 strictest theta down, the passing ones are those before the first failure, so a noisy pass below
 a failure is never picked; of them the chosen one is the strictest whose tau is within 1% of the
-best passing tau, since relaxing further for no speed only spends the quality budget. A bootstrap over samples (within each suite) gives the chosen theta's
-interval and each drop's interval.
+best passing tau, since relaxing further for no speed only spends the quality budget. A bootstrap
+over samples (within each suite) gives the chosen theta's interval and each drop's interval.
 """
 
 from __future__ import annotations
