@@ -381,7 +381,7 @@ def train(target: LoadedModel, sequences: list[Sequence], features: dict[int, to
     # (on a GPU: where it computes bfloat16, as Ampere and later do)
     native = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_computes_bfloat16()
     fast = settings.bfloat16 == "on" or (settings.bfloat16 == "auto" and native)
-    compute_loss = loss_function(settings.compile, total - step, next(head.parameters()).device)
+    compute_loss = loss_function(settings.compile, total - step, device)
     while step < total:
         epoch, offset = divmod(step, steps_per_epoch)
         order = list(range(len(train_set)))
