@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from mars_cli import packing
 from mars_cli.head.data import Answering, generate
 from mars_cli.models import load_model
 from mars_cli.prompts import load_prompts
@@ -36,11 +37,18 @@ def main() -> None:
                         help="answer only the prompts whose index is a multiple of this (a study's subset)")
     parser.add_argument("--offset", type=int, default=0,
                         help="with --every N: the prompts whose index leaves this remainder instead (another subset)")
+    parser.add_argument("--packed-weights", choices=("on", "off"), default="off",
+                        help="on: the target's linears on prepacked oneDNN weights (CPU; see mars_cli/packing.py)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     prompts, _, _ = load_prompts(args.prompts, args.prompts, 10, conversations=True)
     answering = Answering(args.max_new_tokens, args.sampled_share, args.sample_temperature, seed=args.seed)
     target = load_model(args.target, device=args.device, dtype=args.dtype)
+    if args.packed_weights == "on":
+        problem = packing.problem(target.model)
+        if problem:
+            parser.error(f"--packed-weights on: {problem}")
+        packing.install(target.model, rows=args.batch)
 
     def report(stage: str, done: int, total: int) -> None:
         print(f"{stage} {done}/{total}", file=sys.stderr, flush=True)

@@ -49,7 +49,7 @@ from mars_cli.head.drafter import load_head
 from mars_cli.head.eagle3 import CONFIG_FILE, WEIGHTS_FILE, Eagle3Head
 from mars_cli.head.train import feature_layers, head_loss, held_out_acceptance, held_out_divergence, learning_rate
 from mars_cli.models import load_model
-from mars_cli.prompts import is_held_out, load_prompts
+from mars_cli.prompts import encode_messages, is_held_out, load_prompts
 
 HALVES = ("head-1.safetensors", "head-2.safetensors")
 
@@ -75,31 +75,122 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def answer_files(target, files: list[Path], limit: int, batch: int, deadline: float,
+@dataclass(frozen=True)
+class Redraw(Answering):
+    """A prompt file's answers again: training prompts only (`select`), each in the mode its first
+    answer did not take at draw 2 (so every training prompt has a greedy and a sampled answer),
+    sampled afresh at later draws; the per-batch seeds differ from the first draw's."""
+
+    draw: int = 2
+
+    def sampled(self, index: int) -> bool:
+        if is_held_out(index, HELD_OUT_EVERY):
+            return False
+        return self.draw > 2 or not Answering.sampled(self, index)
+
+    @staticmethod
+    def select(index: int) -> bool:
+        return not is_held_out(index, HELD_OUT_EVERY)
+
+
+@dataclass(frozen=True)
+class PromptFile:
+    """One entry of `--prompts`: a file and which draw of its answers (`file.jsonl@2`: the second)."""
+
+    path: Path
+    draw: int = 1
+
+    @classmethod
+    def parse(cls, spec: str) -> "PromptFile":
+        path, _, draw = spec.partition("@")
+        return cls(Path(path), int(draw) if draw else 1)
+
+    @property
+    def label(self) -> str:
+        """What the answers files call it: the file's name, with the draw after the first."""
+        return self.path.name if self.draw == 1 else f"{self.path.name}@{self.draw}"
+
+    def answering(self, max_new_tokens: int) -> Answering:
+        """train-head's recipe: half sampled at T = 0.8, top-p 0.95, held-out prompts greedy."""
+        first = Answering(max_new_tokens=max_new_tokens, sampled_share=0.5, temperature=0.8, top_p=0.95, seed=0)
+        if self.draw == 1:
+            return first
+        return Redraw(**(asdict(first) | {"seed": self.draw - 1}), draw=self.draw)
+
+
+def seed_answers(target, files: list[PromptFile], sources: list[Path], folder: Path, limit: int,
+                 max_new_tokens: int) -> dict:
+    """Answers made earlier (this tool's gen.jsonl.gz, or the CPU's, in the same format) put in
+    place as each prompt file's resume log, so answering does only the rest: a record counts when
+    its `file` is a prompt file's label, its prompt ids are that prompt's as the template encodes
+    it now, and its mode is the one this draw gives that index. Returns counts for the log."""
+    counts = {"seeded": 0, "answer_tokens": 0, "mismatched": 0, "other_files": 0}
+    wanted = {f.label: number for number, f in enumerate(files)}
+    records: dict[int, list[dict]] = {number: [] for number in wanted.values()}
+    for source in sources:
+        opener = gzip.open if source.suffix == ".gz" else open
+        with opener(source, "rt", encoding="utf-8") as stream:
+            for line in stream:
+                record = json.loads(line)
+                if record.get("file") in wanted:
+                    records[wanted[record["file"]]].append(record)
+                else:
+                    counts["other_files"] += 1
+    for number, found in records.items():
+        if not found:
+            continue
+        entry = files[number]
+        prompts, _, _ = load_prompts(entry.path, entry.path, HELD_OUT_EVERY, conversations=True)
+        prompts = prompts[:limit] if limit else prompts
+        answering = entry.answering(max_new_tokens)
+        out = folder / f"gen-{number}.jsonl"
+        done = read_generations(out)
+        with out.open("a", encoding="utf-8") as stream:
+            for record in found:
+                index = record["index"]
+                if index in done or index >= len(prompts):
+                    continue
+                prompt = prompts[index]
+                encoded = encode_messages(target.tokenizer, prompt if isinstance(prompt, list)
+                                          else [{"role": "user", "content": prompt}])
+                mode = "sampled" if answering.sampled(index) else "greedy"
+                if record["prompt_ids"] != encoded or record.get("mode", "greedy") != mode:
+                    counts["mismatched"] += 1
+                    continue
+                stream.write(json.dumps({"index": index, "mode": mode, "prompt_ids": encoded,
+                                         "output_ids": record["output_ids"]}) + "\n")
+                done[index] = True
+                counts["seeded"] += 1
+                counts["answer_tokens"] += len(record["output_ids"])
+    return counts
+
+
+def answer_files(target, files: list[PromptFile], limit: int, batch: int, deadline: float,
                  folder: Path, max_new_tokens: int = 256) -> list[list[Sequence]]:
     """Each file's answers, file after file, until `deadline` (a file cut short keeps its finished
     batches)."""
-    answering = Answering(max_new_tokens=max_new_tokens, sampled_share=0.5, temperature=0.8, top_p=0.95, seed=0)
     answered: list[list[Sequence]] = []
-    for number, path in enumerate(files):
-        prompts, _, _ = load_prompts(path, path, HELD_OUT_EVERY, conversations=True)
+    for number, entry in enumerate(files):
+        prompts, _, _ = load_prompts(entry.path, entry.path, HELD_OUT_EVERY, conversations=True)
         prompts = prompts[:limit] if limit else prompts
+        answering = entry.answering(max_new_tokens)
+        select = Redraw.select if entry.draw > 1 else None
         out = folder / f"gen-{number}.jsonl"
 
         def stop_when_late(stage: str, done: int, total: int) -> None:
-            log(f"{path.name}: {stage} {done}/{total}")
+            log(f"{entry.label}: {stage} {done}/{total}")
             if time.time() > deadline:
                 raise OutOfTime
 
         while True:
             try:
-                generate(target, prompts, out, answering, batch, stop_when_late)
+                generate(target, prompts, out, answering, batch, stop_when_late, select)
             except OutOfTime:
-                log(f"answering stopped at the deadline in {path.name}")
+                log(f"answering stopped at the deadline in {entry.label}")
             except torch.OutOfMemoryError:  # long prompts in a wide batch: again, half as wide (it resumes)
                 batch = max(1, batch // 2)
                 torch.cuda.empty_cache()
-                log(f"out of memory: answering {path.name} on in batches of {batch}")
+                log(f"out of memory: answering {entry.label} on in batches of {batch}")
                 continue
             break
         answered.append(sorted(read_generations(out).values(), key=lambda s: s.index))
@@ -220,7 +311,11 @@ def measure(head: Eagle3Head, held: list[Stored], store, target_rows, k: int) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", help="comma-separated prompt files, answered in this order")
+    parser.add_argument("--prompts", help="comma-separated prompt files, answered in this order; FILE@2 answers "
+                        "FILE's training prompts again, each in the other mode (@3 and later: sampled afresh)")
+    parser.add_argument("--answers", default="",
+                        help="comma-separated answers files made earlier (gen.jsonl.gz here, or on a CPU): "
+                             "their answers to these prompt files are used, not made again")
     parser.add_argument("--join", type=Path, help="instead of a run: join the halves an arm's folder holds into a "
                                                  "head directory at --out")
     parser.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run")
@@ -267,20 +362,24 @@ def main() -> None:
     for stale in work.glob("gen-*.jsonl"):
         if not args.keep_answers:
             stale.unlink()
-    files = [Path(p) for p in args.prompts.split(",") if p]
+    files = [PromptFile.parse(p) for p in args.prompts.split(",") if p]
+    if args.answers:
+        record["seeded"] = seed_answers(target, files, [Path(a) for a in args.answers.split(",") if a], work,
+                                        args.limit, args.max_new_tokens)
+        log(f"answers made earlier: {record['seeded']}")
     exact = target.model  # answers in bfloat16 (as train-head's GPU data was made), features from this
     target.model = copy.deepcopy(exact).to(getattr(torch, args.answer_dtype))
     answered = answer_files(target, files, args.limit, args.answer_batch,
                             started + args.budget * args.answer_share, work, args.max_new_tokens)
     target.model = exact
-    record["answers"] = [{"file": str(f), "answers": len(a), "answer_tokens": sum(len(s.output_ids) for s in a)}
+    record["answers"] = [{"file": f.label, "answers": len(a), "answer_tokens": sum(len(s.output_ids) for s in a)}
                          for f, a in zip(files, answered)]
     record["timings"]["answered"] = time.time() - started
     log(f"answers: {record['answers']}")
     with gzip.open(args.out / "gen.jsonl.gz", "wt", encoding="utf-8") as stream:
         for source, sequences in enumerate(answered):
             for s in sequences:
-                stream.write(json.dumps({"file": files[source].name, "index": s.index, "mode": s.mode,
+                stream.write(json.dumps({"file": files[source].label, "index": s.index, "mode": s.mode,
                                          "prompt_ids": s.prompt_ids, "output_ids": s.output_ids}) + "\n")
     write_log()
 

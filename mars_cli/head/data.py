@@ -73,6 +73,49 @@ class Answering:
         return f"{self.max_new_tokens}|{self.sampled_share}|{self.temperature}|{self.top_p}|{self.seed}|held-greedy"
 
 
+NUCLEUS_CANDIDATES = 256  # where the nucleus is looked for first (a row whose top ones fall short is sorted in full)
+
+
+class NucleusDraw:
+    """A logits processor that draws each row's token itself, at `temperature` from the nucleus
+    (the smallest set of most likely tokens holding `top_p` of the mass, as transformers' top-p
+    and `sampling.process_logits` keep it), and leaves only that token finite, so that greedy
+    search emits it. Why: transformers' own sampling sorts the whole vocabulary and draws from
+    all of it at every step, two thirds of a sampled step of SmolLM2 at batch 64 on a 2-core CPU;
+    the nucleus nearly always lies within the `candidates` most likely tokens, found with a top-k
+    (rows where they hold less than `top_p` are sorted in full). The same distribution, drawn
+    from `generator`'s stream."""
+
+    def __init__(self, temperature: float, top_p: float, seed: int, candidates: int = NUCLEUS_CANDIDATES) -> None:
+        self.temperature, self.top_p, self.seed, self.candidates = temperature, top_p, seed, candidates
+        self.generator: torch.Generator | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.generator is None or self.generator.device != scores.device:
+            self.generator = torch.Generator(device=scores.device).manual_seed(self.seed)
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
+        top, ids = probs.topk(min(self.candidates, probs.shape[-1]), dim=-1)  # descending
+        short = top.sum(dim=-1) < self.top_p  # the nucleus may reach past the candidates
+        if bool(short.any()):
+            tokens = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
+            tokens[~short] = self._draw(top[~short], ids[~short])
+            tokens[short] = self._draw(*probs[short].sort(dim=-1, descending=True))
+        else:
+            tokens = self._draw(top, ids)
+        drawn = torch.full_like(scores, float("-inf"))
+        return drawn.scatter_(-1, tokens[:, None], 0.0)
+
+    def _draw(self, descending: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """One token a row from the nucleus of each row's probabilities (sorted descending), by
+        inverting the cumulative mass at a uniform draw scaled to the nucleus's mass."""
+        cumulative = descending.cumsum(dim=-1)
+        size = ((cumulative - descending) < self.top_p).sum(dim=-1, keepdim=True)  # the first always stays
+        mass = cumulative.gather(-1, size - 1)
+        uniform = torch.rand(mass.shape, generator=self.generator, device=mass.device, dtype=mass.dtype)
+        choice = torch.searchsorted(cumulative, uniform * mass, right=True).clamp_(max=size - 1)
+        return ids.gather(-1, choice)[:, 0]
+
+
 SHARD = 512  # sequences per features file
 
 
@@ -134,6 +177,8 @@ def generate(target: LoadedModel, prompts: list[Prompt], out_file: Path, answeri
     A prompt is one user message or a conversation (`prompts.load_prompts`).
     `select` answers only the prompts it picks (another machine may answer the rest into a
     file that is appended to this one); then only those are returned."""
+    from transformers import LogitsProcessorList
+
     if isinstance(answering, int):
         answering = Answering(max_new_tokens=answering)
     tokenizer = target.tokenizer
@@ -159,9 +204,8 @@ def generate(target: LoadedModel, prompts: list[Prompt], out_file: Path, answeri
             ids, mask = _padded([encoded[i] for i in batch], pad, target.device, left=True)
             options: dict = {"do_sample": False}
             if sampled:  # reproducible: the seed depends on the batch's first prompt only
-                torch.manual_seed(answering.seed * 1_000_003 + batch[0])
-                options = {"do_sample": True, "temperature": answering.temperature, "top_p": answering.top_p,
-                           "top_k": 0}
+                draw = NucleusDraw(answering.temperature, answering.top_p, answering.seed * 1_000_003 + batch[0])
+                options["logits_processor"] = LogitsProcessorList([draw])
             output = target.model.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=answering.max_new_tokens,
                 pad_token_id=pad, eos_token_id=sorted(eos) or None, **options,
