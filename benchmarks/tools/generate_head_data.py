@@ -12,6 +12,7 @@ they finish, so a run cut short keeps what it finished.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -37,6 +38,8 @@ def main() -> None:
                         help="answer only the prompts whose index is a multiple of this (a study's subset)")
     parser.add_argument("--offset", type=int, default=0,
                         help="with --every N: the prompts whose index leaves this remainder instead (another subset)")
+    parser.add_argument("--category", default="",
+                        help="answer only the prompts whose `category` field is this (e.g. a set's follow-ups)")
     parser.add_argument("--packed-weights", choices=("on", "off"), default="off",
                         help="on: the target's linears on prepacked oneDNN weights (CPU; see mars_cli/packing.py)")
     parser.add_argument("--out", type=Path, required=True)
@@ -58,7 +61,10 @@ def main() -> None:
     passes = {"all": [(None, False)], "sampled": [(answering.sampled, False)],
               "greedy": [(lambda i: not answering.sampled(i), True)],
               "sampled-then-greedy": [(answering.sampled, False), (lambda i: not answering.sampled(i), True)]}
+    categories = [json.loads(line).get("category") for line in args.prompts.read_text().splitlines() if line.strip()]
     for select, longest_first in passes[args.modes]:
+        if args.category:
+            select = (lambda pick: lambda i: categories[i] == args.category and (pick is None or pick(i)))(select)
         if args.every > 1:
             select = (lambda pick: lambda i: i % args.every == args.offset % args.every
                       and (pick is None or pick(i)))(select)
