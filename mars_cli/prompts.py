@@ -28,6 +28,11 @@ def encode_messages(tokenizer: object, messages: list[dict], raw: bool = False) 
 Prompt = str | list[dict]  # one user message, or a conversation ending in a user turn
 
 
+def encode_prompt(tokenizer: object, prompt: Prompt) -> list[int]:
+    """A prompt (one user message or a conversation) through the chat template, ready to answer."""
+    return encode_messages(tokenizer, prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}])
+
+
 def load_prompts(path: Path | None, builtin: Path, least: int = 2,
                  conversations: bool = False) -> tuple[list[Prompt], str, str]:
     """(prompts, name, sha256 of the file's bytes). JSONL with a `prompt` field per line (or, where

@@ -22,7 +22,7 @@ from transformers import LogitsProcessorList
 from mars_cli import packing
 from mars_cli.head.data import NucleusDraw, _padded
 from mars_cli.models import load_model
-from mars_cli.prompts import encode_messages, load_prompts
+from mars_cli.prompts import encode_prompt, load_prompts
 
 PROMPTS = Path(__file__).resolve().parents[2] / "mars_cli" / "data" / "head_prompts_large.jsonl"
 
@@ -36,8 +36,7 @@ def main() -> None:
     target = load_model("smollm2-135m", device="cpu", dtype="float32")
     packing.install(target.model, rows=args.batch)
     prompts, _, _ = load_prompts(PROMPTS, PROMPTS, 10)
-    encoded = [encode_messages(target.tokenizer, [{"role": "user", "content": p}])
-               for p in prompts[1 : 1 + 2 * args.batch : 2]]
+    encoded = [encode_prompt(target.tokenizer, p) for p in prompts[1 : 1 + 2 * args.batch : 2]]
     ids, mask = _padded(encoded, 2, target.device, left=True)
 
     def run(kind: str, new: int) -> float:

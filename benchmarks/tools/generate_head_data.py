@@ -61,7 +61,9 @@ def main() -> None:
     passes = {"all": [(None, False)], "sampled": [(answering.sampled, False)],
               "greedy": [(lambda i: not answering.sampled(i), True)],
               "sampled-then-greedy": [(answering.sampled, False), (lambda i: not answering.sampled(i), True)]}
-    categories = [json.loads(line).get("category") for line in args.prompts.read_text().splitlines() if line.strip()]
+    if args.category:  # load_prompts keeps the prompts only; the category is read from the lines
+        categories = [json.loads(line).get("category") for line in args.prompts.read_text().splitlines()
+                      if line.strip()]
     for select, longest_first in passes[args.modes]:
         if args.category:
             select = (lambda pick: lambda i: categories[i] == args.category and (pick is None or pick(i)))(select)

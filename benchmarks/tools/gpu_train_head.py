@@ -49,7 +49,7 @@ from mars_cli.head.drafter import load_head
 from mars_cli.head.eagle3 import CONFIG_FILE, WEIGHTS_FILE, Eagle3Head
 from mars_cli.head.train import feature_layers, head_loss, held_out_acceptance, held_out_divergence, learning_rate
 from mars_cli.models import load_model
-from mars_cli.prompts import encode_messages, is_held_out, load_prompts
+from mars_cli.prompts import encode_prompt, is_held_out, load_prompts
 
 HALVES = ("head-1.safetensors", "head-2.safetensors")
 
@@ -144,22 +144,20 @@ def seed_answers(target, files: list[PromptFile], sources: list[Path], folder: P
         prompts = prompts[:limit] if limit else prompts
         answering = entry.answering(max_new_tokens)
         out = folder / f"gen-{number}.jsonl"
-        done = read_generations(out)
+        done = set(read_generations(out))  # indices the resume log holds already
         with out.open("a", encoding="utf-8") as stream:
             for record in found:
                 index = record["index"]
                 if index in done or index >= len(prompts):
                     continue
-                prompt = prompts[index]
-                encoded = encode_messages(target.tokenizer, prompt if isinstance(prompt, list)
-                                          else [{"role": "user", "content": prompt}])
+                encoded = encode_prompt(target.tokenizer, prompts[index])
                 mode = "sampled" if answering.sampled(index) else "greedy"
                 if record["prompt_ids"] != encoded or record.get("mode", "greedy") != mode:
                     counts["mismatched"] += 1
                     continue
                 stream.write(json.dumps({"index": index, "mode": mode, "prompt_ids": encoded,
                                          "output_ids": record["output_ids"]}) + "\n")
-                done[index] = True
+                done.add(index)
                 counts["seeded"] += 1
                 counts["answer_tokens"] += len(record["output_ids"])
     return counts

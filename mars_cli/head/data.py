@@ -27,7 +27,7 @@ import torch
 from ..decoding.target import LAST_LAYER, FeatureLayers, select_features
 from ..models import LoadedModel
 from ..paths import cache_dir
-from ..prompts import Prompt, encode_messages, is_held_out
+from ..prompts import Prompt, encode_prompt, is_held_out
 
 HELD_OUT_EVERY = 10  # the answer to every tenth prompt is held out (prompts.is_held_out)
 HEAD_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "head_prompts.jsonl"
@@ -182,8 +182,7 @@ def generate(target: LoadedModel, prompts: list[Prompt], out_file: Path, answeri
     if isinstance(answering, int):
         answering = Answering(max_new_tokens=answering)
     tokenizer = target.tokenizer
-    encoded = [encode_messages(tokenizer, p if isinstance(p, list) else [{"role": "user", "content": p}])
-               for p in prompts]
+    encoded = [encode_prompt(tokenizer, p) for p in prompts]
     done = read_generations(out_file)
     todo = sorted((i for i in range(len(prompts)) if i not in done and (select is None or select(i))),
                   key=lambda i: (answering.sampled(i), -len(encoded[i]) if longest_first else len(encoded[i]), i))
