@@ -211,12 +211,30 @@ def test_decoding_falls_back_with_one_note(capsys, tmp_path, tiny_dir, monkeypat
             "-n", "3", "--device", "cpu", "--json"]
     assert main(args) == 0
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["config"]["threshold"] == 0.9 and "note" not in captured.err  # greedy: its own
+    assert json.loads(captured.out)["config"]["threshold"] == 0.9  # greedy: its own thresholds, no fallback note
+    assert "no thresholds for" not in captured.err  # (a first use may note its cost measurement)
     assert main([*args, "--temperature", "1", "--seed", "0"]) == 0
     captured = capsys.readouterr()
     shown = [line for line in captured.err.splitlines() if "no thresholds for sampling" in line]
     assert len(shown) == 1 and shown[0].startswith("mars: note: profile ") and str(path) in shown[0]
     assert json.loads(captured.out)["config"]["threshold"] == 0.9
+
+
+def test_a_profile_that_relaxes_nothing_says_so(capsys, tmp_path, tiny_dir, monkeypatch):
+    """A quality fit where no theta held (theta 1): MARS then verifies strictly, and says why."""
+    monkeypatch.setattr(notes, "_SHOWN", set())
+    data = two_mode_profile()
+    data["modes"]["greedy"]["thresholds"]["logit-ratio"] = 1.0
+    path = calibration_profiles.save(data, tmp_path / "strict-greedy.yaml")
+    args = ["generate", "abc", "--target", str(tiny_dir), "--verify", "mars", "--calibration", str(path), "--force",
+            "-n", "3", "--device", "cpu", "--json"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    shown = [line for line in captured.err.splitlines() if "relaxing (theta 1)" in line]
+    assert len(shown) == 1 and "greedy fit" in shown[0] and "strict-greedy.yaml" in shown[0]
+    assert json.loads(captured.out)["config"]["threshold"] == 1.0
+    assert main([*args, "--temperature", "1", "--seed", "0"]) == 0  # the sampled fit relaxes: no such note
+    assert "relaxing (theta 1)" not in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -280,6 +280,10 @@ def resolve_threshold(options: DecodingOptions, target: LoadedModel) -> Resolved
     temperature = options.sampling.temperature
     theta = threshold_at_temperature(raw_threshold(profile, verification.margin, temperature), verification.margin,
                                      temperature)
+    if theta >= 1:  # neither measure exceeds 1: no position is low-margin, so nothing is relaxed
+        note(f"profile {profile.path.name}: its {profile.mode_for(temperature).name} fit kept quality only without "
+             f"relaxing (theta 1), so MARS verifies as --verify strict does; --threshold below 1 relaxes anyway "
+             f"(`mars calibrate --replot {profile.path} --plot sweep.png` draws what each theta did)", once=True)
     return ResolvedThreshold(theta, str(profile.path))
 
 
