@@ -280,16 +280,23 @@ def measure(head: torch.nn.Module, target, key: dict, deadline: float | None = N
             evictor.forward(context.to(target.device))
             head.step(features[:kept], tokens[:kept], head_cache)
             blocks = timed(deadline)
-            full, int8 = (statistics.median(blocks[v]) for v in VARIANTS)
-            if cost.close_call(int8 / full, PREFERENCE):
+            full, int8 = _medians(blocks)
+            if full and int8 is not None and cost.close_call(int8 / full, PREFERENCE):
                 blocks = cost.pooled(blocks, timed(None if deadline is None else cost._now() + BUDGET_S))
                 timed_twice = True
     finally:
         use("full")
-    full, int8 = (statistics.median(blocks[v]) for v in VARIANTS)
-    short = any(len(blocks[v]) < REPEATS * (1 + timed_twice) for v in VARIANTS)
+    full, int8 = _medians(blocks)
+    short = any(len(blocks.get(v) or []) < REPEATS * (1 + timed_twice) for v in VARIANTS)
     unsaved = busy or (f"the measuring ran out of its {BUDGET_S:.0f} s" if short else None)
+    if full is None or int8 is None:  # cut short before a variant was timed: the head's own weights
+        return Int8Choice(False, None, full, int8, key, unsaved=unsaved or "not measured")
     return Int8Choice(int8 <= PREFERENCE * full, None, full, int8, key, unsaved=unsaved, timed_twice=timed_twice)
+
+
+def _medians(blocks: dict[str, list[float]]) -> tuple[float | None, float | None]:
+    """The median block of each variant (full, int8); None for a variant the budget never reached."""
+    return tuple(statistics.median(blocks[v]) if blocks.get(v) else None for v in VARIANTS)  # type: ignore[return-value]
 
 
 def describe(choice: Int8Choice) -> str:

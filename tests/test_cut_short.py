@@ -1,0 +1,100 @@
+"""Every measurement of the machine cut short at every point still returns a valid choice
+(issue 56, item 0: a busy machine once ran the int8 head's budget out before its int8 variant was
+timed, and `mars generate` ended in a KeyError). The clock is fake: it reads 0 until its `cut`-th
+reading, then far past every deadline, so each run is cut at a different point; `cut` grows until
+a run finishes before the clock is ever cut, so every point is covered. No timing decides a test."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mars_cli.decoding import cost
+from mars_cli.head import int8
+from mars_cli.head.train import new_eagle3_head
+from mars_cli.models import load_model
+from tests.test_dtype_choice import cache  # noqa: F401 - the test's own cache, a quiet machine, notes afresh
+
+MOST_READINGS = 400  # more clock readings than any of these measurements takes uncut
+
+
+class CutClock:
+    """A millisecond more at each reading; from its `cut`-th on, 1e9 s later (every deadline, set
+    from 0, long past)."""
+
+    def __init__(self, cut: int) -> None:
+        self.cut, self.readings = cut, 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return self.readings * 1e-3 + (0.0 if self.readings <= self.cut else 1e9)
+
+    @property
+    def was_cut(self) -> bool:
+        return self.readings > self.cut
+
+
+def every_cut(monkeypatch, measure) -> list:
+    """`measure()` under a clock cut after 0, 1, 2, ... readings, until a run is never cut."""
+    results = []
+    for cut in range(MOST_READINGS):
+        clock = CutClock(cut)
+        monkeypatch.setattr(cost, "_now", clock)
+        results.append(measure())
+        if not clock.was_cut:
+            return results
+    raise AssertionError(f"the measurement read the clock more than {MOST_READINGS} times")
+
+
+@pytest.fixture
+def bf16_target(tiny_dir):
+    return load_model(str(tiny_dir), device="cpu", dtype="bfloat16")
+
+
+@pytest.mark.skipif(int8.problem(torch.nn.Linear(32, 32).to(torch.bfloat16)) is not None,
+                    reason="this torch or CPU has no weight-only int8 product")
+def test_the_int8_head_measurement_cut_anywhere_keeps_a_valid_choice(bf16_target, monkeypatch, cache):
+    torch.manual_seed(0)
+    head = new_eagle3_head(bf16_target, torch.arange(40), {}).eval().to(torch.bfloat16).attach(bf16_target.model)
+    monkeypatch.setattr(int8, "REPEATS", 2)
+    key = int8.int8_key(head, bf16_target)
+    results = every_cut(monkeypatch, lambda: int8.measure(head, bf16_target, key, int8.BUDGET_S))
+    assert len(results) > 2
+    for choice in results:  # int8 only where both were timed; a variant left untimed: never cached
+        assert choice.ms_full is not None
+        assert choice.used == (choice.ms_int8 is not None and choice.ms_int8 <= int8.PREFERENCE * choice.ms_full)
+        assert choice.ms_int8 is not None or choice.unsaved is not None
+    assert results[0].ms_int8 is None and not results[0].used  # cut before int8's first block
+    assert results[-1].ms_int8 is not None and not int8.installed(head)
+
+
+def test_the_packing_measurement_cut_anywhere_keeps_a_valid_choice(bf16_target, monkeypatch, cache):
+    from mars_cli import packing
+
+    if packing.problem(bf16_target.model) is not None:
+        pytest.skip(f"packing is not possible here: {packing.problem(bf16_target.model)}")
+    monkeypatch.setattr(packing, "REPEATS", 2)
+    key = packing.packing_key(bf16_target)
+    results = every_cut(monkeypatch, lambda: packing.measure(bf16_target, key, packing.BUDGET_S))
+    assert len(results) > 2
+    for choice in results:  # packed only where both were timed; a variant left untimed: never cached
+        assert choice.ms_dense is not None
+        assert choice.packed == (choice.ms_packed is not None and choice.ms_packed <= packing.PREFERENCE * choice.ms_dense)
+        assert choice.ms_packed is not None or choice.unsaved is not None
+    assert results[0].ms_packed is None and not packing.installed(bf16_target.model)
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["plain", "speculative"])
+def test_the_dtype_measurement_cut_anywhere_keeps_a_valid_choice(tiny_dir, monkeypatch, cache, speculative):
+    from mars_cli import dtype_choice
+
+    target = load_model(str(tiny_dir), device="cpu", dtype="float32")
+    monkeypatch.setattr(dtype_choice, "REPEATS", 2)
+    key = dtype_choice.dtype_key(target.fingerprint, target.device, speculative)
+    results = every_cut(monkeypatch, lambda: dtype_choice.measure(target, key, dtype_choice.BUDGET_S))
+    assert len(results) > 2
+    for choice in results:
+        assert choice.chosen in key["candidates"] and target.model.lm_head.weight.dtype == torch.float32
+        timed = {c.dtype for c in choice.candidates if c.ms_per_step is not None}
+        assert "float32" in timed and (choice.chosen in timed)
+        assert timed == set(key["candidates"]) or choice.unsaved is not None
