@@ -60,9 +60,14 @@ def generate(
     show_stats: Annotated[bool, typer.Option("--stats", help="Print decoding statistics as a table after the text.")] = False,
 ) -> None:
     """Generate a continuation of PROMPT, streaming the text as it is decoded."""
+    from .startup import Startup
+    from .tuning.clock import TALLY
+
+    startup = Startup()
     options.validate()  # --seed too (check_seed)
     text = read_prompt(prompt)
     session = Session(options)
+    startup.built(TALLY.seconds)
     prompt_ids = session.encode(text)
     from .decoding.stats import DecodeStats
 
@@ -78,13 +83,15 @@ def generate(
         if not as_json:
             out.print()
         raise
+    phases = startup.phases(TALLY.seconds, stats.phase_s["prefill"], stats.wall_s)
     if as_json:
         payload = {
             "text": session.decode_text(tokens),
             "new_tokens": len(tokens),
             "token_ids": tokens,
             "config": session.config(),
-            "stats": stats.summary(),
+            "stats": {**stats.summary(), "startup_s": phases},
+            "tuning": session.tuning_report(),
         }
         sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
         session.check_drift(stats)
@@ -92,7 +99,7 @@ def generate(
     out.print()
     session.check_drift(stats)
     if show_stats:
-        err.print(stats_table(stats.summary(), session.config()))
+        err.print(stats_table({**stats.summary(), "startup_s": phases}, session.config()))
 
 
 def _stream_text(full: str, printed: str) -> str:

@@ -19,7 +19,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 
@@ -29,8 +29,6 @@ from .notes import note, warn
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
-
-    from .dtype_choice import DtypeChoice
 
 CACHE_FORMAT = 1  # bump when the layout of a converted entry changes
 
@@ -103,7 +101,7 @@ def cpu_computes_bfloat16() -> bool:
     reports them), BF16 on Arm (as oneDNN reports it). Elsewhere bfloat16 is converted in software,
     which may be slower or faster than float32 (it halves the memory read: on this project's AVX2
     CPU plain decoding ran 1.45x faster in bfloat16). `--dtype auto` does not read it: it measures
-    (dtype_choice.py); head training's `--bfloat16 auto` does."""
+    (tuning/dtype.py); head training's `--bfloat16 auto` does."""
     import platform
 
     for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
@@ -118,7 +116,7 @@ def cpu_computes_bfloat16() -> bool:
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype | None:
     """An explicit `--dtype`'s torch dtype; None for `auto`, which is measured once the model is
     loaded: the dtype whose plain decoding steps run fastest on this machine among those whose
-    output is usable (dtype_choice.py; cached). `--dtype float32` is the exact mode; an explicit
+    output is usable (tuning/dtype.py; cached). `--dtype float32` is the exact mode; an explicit
     dtype is never measured."""
     if name == "auto":
         return None
@@ -341,7 +339,7 @@ class LoadedModel:
     device: torch.device  # where inputs go (the input embeddings' device)
     dtype: torch.dtype
     _fingerprint: str | None = None
-    dtype_choice: "DtypeChoice | None" = None  # `--dtype auto`'s measurement (or the cached one)
+    dtype_choice: Any = None  # `--dtype auto`'s measurement (tuning/dtype.py), attached by the tuning layer
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -577,32 +575,24 @@ def load_model(
     device_map: str | None = None,
     trust_remote_code: bool = False,
     allow_pickle: bool = False,
-    measure_dtypes: bool = False,
-    speculative: bool = False,
-    packed_weights: str = "auto",
 ) -> LoadedModel:
-    """Load a spec onto a device (or across devices with `device_map="auto"`).
+    """Load a spec onto a device (or across devices with `device_map="auto"`); only loads.
 
-    `dtype`: a `--dtype` value, or a torch dtype (a draft model in its target's: no note, no
-    check). `auto` loads in float32, measures (or reads the cached measurement: dtype_choice.py)
-    and converts the weights in place to the winner; an explicit float16 on a CPU loads in float32
-    and must pass the usability check first. `measure_dtypes` (`mars profile --dtypes`) measures
-    afresh whatever `dtype` says, and attaches the measurement (`LoadedModel.dtype_choice`).
-    `speculative`: the model will be decoded with drafting, which `auto` chooses for;
-    `packed_weights` (`--packed-weights`): unless off, `auto` times each dtype on packed linears, as
-    the session will run it where packing pays (packing.py; the session decides that itself)."""
+    `dtype`: a `--dtype` value, or a torch dtype. `auto` loads in float32, the reference the
+    tuning layer measures the other dtypes against before it converts the weights in place
+    (tuning/plan.py), and so does an explicit float16 on a CPU, which must pass its usability
+    check there first; with `device_map`, `auto` loads in `unmeasured_auto_dtype`."""
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_device = resolve_device(device)
     wanted = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, torch_device)
-    require(not (measure_dtypes and device_map), "--dtypes measures a target on one device: drop --device-map")
-    measuring = measure_dtypes or (wanted is None and device_map is None)
-    half_on_cpu = wanted is torch.float16 and torch_device.type == "cpu" and not isinstance(dtype, torch.dtype)
-    if measuring or half_on_cpu:
-        torch_dtype = torch.float32  # the reference: measured or checked, then converted in place
+    if wanted is None:
+        torch_dtype = unmeasured_auto_dtype(torch_device) if device_map is not None else torch.float32
+    elif wanted is torch.float16 and torch_device.type == "cpu" and not isinstance(dtype, torch.dtype):
+        torch_dtype = torch.float32  # checked, then converted, by the tuning layer
     else:
-        torch_dtype = wanted if wanted is not None else unmeasured_auto_dtype(torch_device)
+        torch_dtype = wanted
     location, gguf_name = resolve_spec(spec)
     if trust_remote_code:
         warn("--trust-remote-code runs Python code shipped with the model")
@@ -637,20 +627,29 @@ def load_model(
         source = spec
     else:
         source = str(location)
-    loaded = LoadedModel(spec, source, model, tokenizer, input_device, torch_dtype)
-    final = torch_dtype
-    if measuring or half_on_cpu:
-        from . import dtype_choice
+    return LoadedModel(spec, source, model, tokenizer, input_device, torch_dtype)
 
-        if measuring:
-            loaded.dtype_choice = dtype_choice.choose(loaded, fresh=measure_dtypes, speculative=speculative,
-                                                      packed=packed_weights != "off")
-        final = loaded.dtype_choice.dtype if wanted is None else wanted
-        if half_on_cpu:
-            dtype_choice.require_usable(loaded, "float16", "--dtype")
-    if final != torch_dtype:
-        from .dtype_choice import cast_parameters
 
-        cast_parameters(model, final)
-        loaded.dtype = final
-    return loaded
+def kept_in_float32(model: torch.nn.Module, dtype: torch.dtype) -> Callable[[str], bool]:
+    """Which parameters transformers keeps in float32 when loading in `dtype` (a model's
+    `_keep_in_fp32_modules`): a converted model matches one loaded in that dtype."""
+    plan = getattr(model, "_get_dtype_plan", None)
+    patterns = list(plan(dtype)) if callable(plan) else []
+    return lambda name: any(pattern in name for pattern in patterns)
+
+
+def cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Convert the floating-point parameters in place, as loading in `dtype` would have them;
+    buffers stay (RoPE's float32 frequencies: `model.to(dtype)` would round them, and positions
+    far into a sequence with them)."""
+    import contextlib
+
+    kept = kept_in_float32(model, dtype)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.is_floating_point() and parameter.dtype != dtype and not kept(name):
+                parameter.data = parameter.data.to(dtype)
+    config = getattr(model, "config", None)
+    if config is not None:  # an unusual config that refuses the label keeps its old one
+        with contextlib.suppress(AttributeError, TypeError, ValueError):
+            config.dtype = dtype

@@ -51,18 +51,23 @@ class ModelOptions:
         trust settings; only the target is spread over devices by --device-map. `dtype`: load in
         this one instead of --dtype's (a draft model in the dtype `auto` chose for its target);
         `measure_dtypes`: `mars profile --dtypes`; `speculative`: it will be decoded with drafting
-        (`--dtype auto` chooses for that: models.load_model)."""
+        (`--dtype auto` chooses for that). The tuning layer settles the dtype (tuning/plan.py)."""
         from .models import load_model
+        from .tuning.plan import settle_dtype
 
+        require(not (measure_dtypes and self.device_map), "--dtypes measures a target on one device: drop --device-map")
         settings: dict = asdict(self)
-        settings.pop("target")
-        settings.pop("compile")  # how the scorer runs the model, not how it is loaded
+        for name in ("target", "compile", "packed_weights"):  # how the scorer runs the model, not how it loads
+            settings.pop(name)
         if spec is not None:
             settings["device_map"] = None
-        if dtype is not None:
-            settings["dtype"] = dtype
-        return load_model(self.target if spec is None else spec, measure_dtypes=measure_dtypes,
-                          speculative=speculative, **settings)
+        flag = settings["dtype"] if dtype is None else dtype
+        settings["dtype"] = "auto" if measure_dtypes else flag
+        loaded = load_model(self.target if spec is None else spec, **settings)
+        spread = self.device_map is not None and spec is None and flag == "auto"  # unmeasured (models.py)
+        if isinstance(flag, str) and (spec is None or flag != "auto") and not spread:
+            settle_dtype(loaded, flag, speculative, packed=self.packed_weights != "off", fresh=measure_dtypes)
+        return loaded
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,12 @@ from typing import Callable
 import torch
 
 from .decoding import cost
+from .decoding.controller import AdaptiveDraftLength
 from .decoding.stats import DecodeStats
 from .calibration.collection import TopTwoRecorder
 from .decoding.rules import margin
 from .session import Session
+from .tuning.curve import curve_for
 
 DEFAULT_PROMPT = (
     "Summarize in two sentences: The library will extend its opening hours during the exam period. "
@@ -76,7 +78,7 @@ def run_profile(session: Session, prompt: str, sweep: list[int] | None, bucket: 
     was loaded with `measure_dtypes` (ModelOptions.load): its dtype measurement is reported."""
     prompt_ids = session.encode(prompt)
     # measured first, while nothing else has warmed the caches unevenly
-    curve = cost.curve_for(session.scorer, fresh=True) if widths else None
+    curve = curve_for(session.scorer, fresh=True) if widths else None
     warm = dataclasses.replace(session.settings(), max_new_tokens=min(8, session.options.max_new_tokens))
     session.run(prompt_ids, settings=warm)  # warm-up: first calls pay for allocation and dispatch
 
@@ -117,7 +119,7 @@ def _widths_report(curve: cost.CostCurve, stats: DecodeStats, max_k: int) -> dic
     """The cost curve, and the draft length it picks for the acceptance this run measured."""
     plain = curve.cost(1)
     draft_ms = 1000 * stats.phase_s.get("draft", 0.0) / stats.drafted if stats.drafted else 0.0
-    chooser = cost.AdaptiveDraftLength(curve, max_k)
+    chooser = AdaptiveDraftLength(curve, max_k)
     chooser.examined, chooser.accepted = _examined_and_accepted(stats, max_k)
     acceptance = chooser.acceptance() if stats.drafted else []
     return {

@@ -33,6 +33,9 @@ def stats_table(stats: dict, config: dict) -> Table:
     total = sum(split.values()) or 1.0
     table.add_row("time split", ", ".join(f"{k} {v / total:.0%}" for k, v in split.items() if v > 0))
     table.add_row("finish", stats["finish_reason"])
+    if stats.get("startup_s"):
+        table.add_row("start-up", ", ".join(f"{phase} {seconds:.2f} s" for phase, seconds in stats["startup_s"].items()
+                                            if seconds is not None))
     return table
 
 

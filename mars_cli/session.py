@@ -12,22 +12,23 @@ from typing import Callable, Iterator
 import torch
 
 from .head.drafter import HeadDrafter, find_head, load_head
-from .head import int8
 from .head.parts import PairHead
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from .decoding.loop import DecodeSettings, decode
 from .decoding.sampling import GREEDY_BELOW, PositionNoise
 from .decoding import cost
 from .decoding.acceptance import EARLY_HEAD, DraftAcceptance
-from .decoding.cost import AdaptiveDraftLength
+from .decoding.controller import AdaptiveDraftLength
+from .decoding.packing import install as install_packing
 from .decoding.stats import DecodeStats
 from .decoding.target import TargetScorer, resolve_compile
 from .decoding.tree import CHAIN, TreeShape
 from .decoding.verifiers import Verifier
 from .calibration.profiles import resolve_threshold
 from .errors import require
-from . import drift, dtype_choice, packing
 from .models import LoadedModel
+from .tuning import clock, curve, drift, machine, plan
+from .tuning.int8 import Int8Choice
 from .options import DecodingOptions
 from .prompts import encode_messages
 from .notes import note
@@ -70,8 +71,7 @@ class Session:
         self.draft_model: LoadedModel | None = draft_model
         compiled = self._compiled = resolve_compile(options.model.compile, self.target)
         # before the cost curves: they time the forwards as this session runs them
-        self.packing = packing.settle(self.target, options.model.packed_weights, compiled, self._dtype_timed_packed())
-        self._measuring = cost.Budget()  # first use: the curve's widths are measured in about 10 s at most
+        self.packing = plan.settle_packing(self.target, options.model.packed_weights, compiled)
         # drafter -> the features it reads -> scorer -> cost curve -> tree shape -> drafter: the
         # drafter's source is resolved first, the drafter built last, with its shape
         kind, head = self._drafter_source()
@@ -83,10 +83,10 @@ class Session:
                                    headroom=options.max_new_tokens + widest + 2, fallback=options.model.compile == "auto")
         self.drafter = self._build_drafter(kind, head, CHAIN if kind == "none" else self._tree_shape(head))
         if self.packing.packed and head is not None:  # the head's products are the target's kind (bfloat16 here)
-            packing.install(head)
+            install_packing(head)
         # then int8 rows in place of the head's packed (or dense) products, where they pay (head/int8.py)
-        self.int8_head = (int8.settle(head, self.target, drafting.int8_head, compiled) if head is not None
-                          else int8.Int8Choice(False, problem="no draft head"))
+        self.int8_head = (plan.settle_int8(head, self.target, drafting.int8_head, compiled) if head is not None
+                          else Int8Choice(False, problem="no draft head"))
         if head is None and drafting.int8_head == "on" and drafting.drafts:  # (plain decoding drafts nothing)
             note(f"--draft {drafting.draft} drafts without a head; --int8-head on is ignored", once=True)
         if kind == "ngram" and isinstance(drafting.draft_topk, int) and drafting.draft_topk > 1:
@@ -114,22 +114,15 @@ class Session:
                                f"({room + 1} positions)")
         return TreeShape(int(topk), int(tokens))
 
-    def _settled_shape(self, curve: cost.CostCurve, figures: DraftAcceptance) -> TreeShape:
+    def _settled_shape(self, costs: cost.CostCurve, figures: DraftAcceptance) -> TreeShape:
         """The shape the curve and figures pick; a close call (cost.SHAPE_CLOSE) on widths not yet
-        settled is timed again first, within the session's measuring budget (cost.settle)."""
-        verdict = cost.shape_verdict(curve, figures)
-        unsettled = [w for w in verdict.deciding if w not in curve.settled]
+        settled is timed again first, within the process's measuring budget (curve.settle)."""
+        verdict = cost.shape_verdict(costs, figures)
+        unsettled = [w for w in verdict.deciding if w not in costs.settled]
         if verdict.closeness > cost.SHAPE_CLOSE or not unsettled or self.scorer.compiled:
             return verdict.shape
-        self._curve = cost.settle(self.scorer, curve, verdict.deciding, self._measuring, note=note)
+        self._curve = curve.settle(self.scorer, costs, verdict.deciding)
         return cost.shape_verdict(self._curve, figures).shape
-
-    def _dtype_timed_packed(self) -> bool:
-        """Whether `--dtype auto` chose this session's dtype on packed-linear timings."""
-        choice = self.target.dtype_choice
-        if choice is None or self.target.dtype != choice.dtype:
-            return False
-        return any(c.dtype == choice.chosen and c.packed for c in choice.candidates)
 
     def _drafter_source(self) -> tuple[str, PairHead | None]:
         """Which kind of drafter --draft names ("none", "ngram", "head" or "model") and, for a
@@ -200,21 +193,21 @@ class Session:
         if self._draft_length is None:
             if self.tree.topk > 1:  # a tree: its depth (levels searched) or no drafting; its width is fixed
                 width = self.tree.tokens + 1
-                curve = self._cost_curve((1, width))
-                self._draft_length = AdaptiveDraftLength(curve, cost.TREE_DEPTH, cost.TREE_DEPTHS,
+                costs = self._cost_curve((1, width))
+                self._draft_length = AdaptiveDraftLength(costs, cost.TREE_DEPTH, cost.TREE_DEPTHS,
                                                          width=lambda k: width)
             elif self.scorer.compiled:
-                curve = self._cost_curve(cost.chain_widths(cost.COMPILED_DRAFT, True))
-                self._draft_length = AdaptiveDraftLength(curve, cost.COMPILED_DRAFT, lengths=(cost.COMPILED_DRAFT,))
+                costs = self._cost_curve(cost.chain_widths(cost.COMPILED_DRAFT, True))
+                self._draft_length = AdaptiveDraftLength(costs, cost.COMPILED_DRAFT, lengths=(cost.COMPILED_DRAFT,))
             else:
-                curve = self._cost_curve(cost.chain_widths(self.options.drafting.max_draft, False))
-                self._draft_length = AdaptiveDraftLength(curve, self.options.drafting.max_draft)
+                costs = self._cost_curve(cost.chain_widths(self.options.drafting.max_draft, False))
+                self._draft_length = AdaptiveDraftLength(costs, self.options.drafting.max_draft)
         return self._draft_length
 
     def _cost_curve(self, widths: tuple[int, ...]) -> cost.CostCurve:
         """The target's cost curve with at least `widths`: only what this session reads is
-        measured (on first use, within the session's measuring budget), then cached."""
-        self._curve = cost.curve_for(self.scorer, widths, note=note, known=self._curve, budget=self._measuring)
+        measured (on first use, within the process's measuring budget), then cached."""
+        self._curve = curve.curve_for(self.scorer, widths, known=self._curve)
         return self._curve
 
     def stream(self, prompt_ids: list[int], stats: DecodeStats,
@@ -242,17 +235,13 @@ class Session:
         self._plain_timed = seconds + stats.phase_s["target"], rounds + stats.rounds
         observed, expected = self._drift_evidence()
         found = drift.ratio(observed, expected)
-        if not drift.drifted(found) or cost.busy_reason() is not None:  # a busy machine explains it: keep them
+        if not drift.drifted(found) or machine.busy_reason() is not None:  # a busy machine explains it: keep them
             return
         self._drift_found = True
-        entries = {"the cost curve": cost.cache_path(self._draft_length.curve.key) if self._draft_length else None,
-                   "the dtype choice": (cost.cache_path(self.target.dtype_choice.key, dtype_choice.FOLDER)
-                                        if self.target.dtype_choice is not None else None),
-                   "the packing choice": cost.cache_path(self.packing.key, packing.FOLDER) if self.packing.key else None,
-                   "the int8 head choice": (cost.cache_path(self.int8_head.key, int8.FOLDER)
-                                            if self.int8_head.key else None)}
-        deleted = set(drift.forget(path for path in entries.values() if path is not None))
-        forgotten = [name for name, path in entries.items() if path in deleted]
+        entries = plan.entries(self.target, self.packing, self.int8_head,
+                               self._draft_length.curve.key if self._draft_length else None)
+        changed = set(drift.forget(entries.values(), found))  # type: ignore[arg-type]
+        forgotten = [name for name, path in entries.items() if path in changed]
         if forgotten:
             note(drift.describe(found, forgotten))  # type: ignore[arg-type]
 
@@ -288,6 +277,20 @@ class Session:
 
     def decode_text(self, tokens: list[int]) -> str:
         return self.target.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def tuning_report(self) -> dict[str, object]:
+        """What each measured choice decided for this session, and whether it was read from the
+        cache, measured now, or is provisional (tuning/choice.py), for --json."""
+        dtype_choice = self.target.dtype_choice
+        entries = {"dtype": (dtype_choice.chosen, dtype_choice.provenance) if dtype_choice is not None else None,
+                   "packed_weights": (self.packing.packed, self.packing.provenance),
+                   "int8_head": (self.int8_head.used, self.int8_head.provenance)}
+        report: dict[str, object] = {
+            name: None if entry is None else {"value": entry[0], "cached": entry[1].cached,
+                                              "provisional": entry[1].provisional}
+            for name, entry in entries.items()}
+        report["seconds"] = clock.TALLY.seconds
+        return report
 
     def config(self) -> dict[str, object]:
         """Every resolved setting, for --json and reports."""

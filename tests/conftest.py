@@ -116,7 +116,7 @@ def isolated_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def quiet_machine(monkeypatch):
-    """Speed measurements taken on a busy machine are never cached (decoding/cost.py
+    """Speed measurements taken on a busy machine are provisional (mars_cli/tuning/machine.py
     `busy_reason`); a test suite keeps both cores busy, so tests see a quiet machine unless one
     patches `os.getloadavg` itself to test the busy case."""
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
@@ -124,47 +124,52 @@ def quiet_machine(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def steady_machine(monkeypatch):
-    """A session forgets cached measurements its own forwards no longer match (mars_cli/drift.py):
-    a loaded test machine would make that, and its note, come and go; tests/test_drift.py
-    overrides this fixture."""
-    from mars_cli import drift
+    """A session makes provisional the cached measurements its own forwards no longer match
+    (mars_cli/tuning/drift.py): a loaded test machine would make that, and its note, come and go;
+    tests/test_drift.py overrides this fixture."""
+    from mars_cli.tuning import drift
 
     monkeypatch.setattr(drift, "DRIFT", float("inf"))
 
 
 @pytest.fixture(autouse=True)
 def exact_auto_dtype(monkeypatch):
-    """`--dtype auto` measures which dtype decodes fastest here (mars_cli/dtype_choice.py): timing
+    """`--dtype auto` measures which dtype decodes fastest here (mars_cli/tuning/dtype.py): timing
     noise would change a test's dtype, and so its outputs, from run to run, and the measurement
     would be cached in the developer's cache. In-process tests get float32 for `auto`, unmeasured
     and uncached (the exact mode); tests/test_dtype_choice.py overrides this fixture to measure."""
-    from mars_cli import dtype_choice
+    from mars_cli.tuning import dtype
+    from mars_cli.tuning.choice import Provenance
 
-    def exact(target, *, fresh: bool = False, speculative: bool = False, packed: bool = False):
-        return dtype_choice.DtypeChoice(dtype_choice.dtype_key(target.fingerprint, target.device), "float32",
-                                        [dtype_choice.Candidate("float32", True, 1.0)], unsaved="a test")
+    def exact(target, *, fresh: bool = False, speculative: bool = False, packed: bool = False, budget=None):
+        return dtype.DtypeChoice(dtype.dtype_key(target.fingerprint, target.device), "float32",
+                                 [dtype.Candidate("float32", True, 1.0)], Provenance(provisional="a test"))
 
-    monkeypatch.setattr(dtype_choice, "choose", exact)
+    monkeypatch.setattr(dtype, "choose", exact)
 
 
 @pytest.fixture(autouse=True)
 def dense_auto_packing(monkeypatch):
-    """`--packed-weights auto` measures whether packed linears pay here (mars_cli/packing.py): as
-    with the dtype, in-process tests get the dense linears for `auto`, unmeasured and uncached;
+    """`--packed-weights auto` measures whether packed linears pay here (mars_cli/tuning/packing.py):
+    as with the dtype, in-process tests get the dense linears for `auto`, unmeasured and uncached;
     tests/test_packing.py overrides this fixture to measure."""
-    from mars_cli import packing
+    from mars_cli.tuning import packing
+    from mars_cli.tuning.choice import Provenance
 
-    monkeypatch.setattr(packing, "choose", lambda target, *, fresh=False: packing.PackingChoice(False, unsaved="a test"))
+    monkeypatch.setattr(packing, "choose", lambda target, *, fresh=False, budget=None: packing.PackingChoice(
+        False, provenance=Provenance(provisional="a test")))
 
 
 @pytest.fixture(autouse=True)
 def full_auto_int8_head(monkeypatch):
-    """`--int8-head auto` measures whether int8 head weights pay here (mars_cli/head/int8.py): in-process
-    tests get the head's own weights for `auto`, unmeasured and uncached; tests/test_int8_head.py
-    overrides this fixture to measure."""
-    from mars_cli.head import int8
+    """`--int8-head auto` measures whether int8 head weights pay here (mars_cli/tuning/int8.py):
+    in-process tests get the head's own weights for `auto`, unmeasured and uncached;
+    tests/test_int8_head.py overrides this fixture to measure."""
+    from mars_cli.tuning import int8
+    from mars_cli.tuning.choice import Provenance
 
-    monkeypatch.setattr(int8, "choose", lambda head, target, *, fresh=False: int8.Int8Choice(False, unsaved="a test"))
+    monkeypatch.setattr(int8, "choose", lambda head, target, *, fresh=False, budget=None: int8.Int8Choice(
+        False, provenance=Provenance(provisional="a test")))
 
 
 @pytest.fixture(scope="session")
@@ -172,3 +177,12 @@ def smollm2():
     from mars_cli.models import load_model
 
     return load_model("smollm2-135m", device="cpu", dtype="float32")
+
+
+@pytest.fixture(autouse=True)
+def fresh_measuring_budget(monkeypatch):
+    """The tuning layer's measuring budget is one per process (mars_cli/tuning/clock.py): each test
+    is a process of its own as far as measuring goes."""
+    from mars_cli.tuning import clock
+
+    monkeypatch.setattr(clock, "BUDGET", clock.Budget())

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from mars_cli.decoding import cost
+from mars_cli.tuning import curve as tuning_curve
 from mars_cli.decoding.acceptance import EARLY_HEAD, DraftAcceptance
 from mars_cli.decoding.cost import TREE_TOPK, CostCurve
 from mars_cli.decoding.tree import CHAIN, TreeShape
@@ -74,7 +75,7 @@ def test_tree_shape_auto_weighs_the_heads_own_figures(tiny_target, tmp_path, mon
     step-13 head's make a 4 x 8 tree win; the session takes the figures of the head it drafts with."""
     assert cost.tree_shape(EPYC, EARLY_HEAD) == CHAIN
     settled = CostCurve({}, EPYC.ms_by_width, frozenset(EPYC.ms_by_width))  # timed again already
-    monkeypatch.setattr(cost, "curve_for", lambda *args, **kwargs: settled)
+    monkeypatch.setattr(tuning_curve, "curve_for", lambda *args, **kwargs: settled)
     shapes = {}
     for name, changes in (("measured", {"mars": {"acceptance": FIGURES}}), ("plain", None)):
         directory = write_public_head(tmp_path / name, tiny_target, config_changes=changes)
@@ -84,20 +85,20 @@ def test_tree_shape_auto_weighs_the_heads_own_figures(tiny_target, tmp_path, mon
 
 def test_a_close_call_is_timed_again_before_the_session_takes_it(tiny_target, tmp_path, monkeypatch):
     """At an early head's figures the EPYC curve is a close call (chain 23.5 against tree 23.7 ms
-    a token): the session times the deciding widths again (cost.settle) and takes what they say;
+    a token): the session times the deciding widths again (tuning.curve.settle) and takes what they say;
     a call far from close, or on settled widths, is taken as it is."""
-    monkeypatch.setattr(cost, "curve_for", lambda *args, **kwargs: EPYC)
+    monkeypatch.setattr(tuning_curve, "curve_for", lambda *args, **kwargs: EPYC)
     asked = []
 
-    def settle(scorer, curve, widths, budget, note=None):
+    def settle(scorer, curve, widths, budget=None, announce=True):
         asked.append(tuple(widths))
         return CostCurve({}, {**curve.ms_by_width, 1: 40.0, 5: 40.0, 9: 42.0}, frozenset(widths))
 
-    monkeypatch.setattr(cost, "settle", settle)
+    monkeypatch.setattr(tuning_curve, "settle", settle)
     plain = write_public_head(tmp_path / "plain", tiny_target)
     assert _session_shape(plain, tiny_target) == TreeShape(TREE_TOPK, 8) and asked == [(1, 5, 9)]
     sure = {"chain": [0.5], "tree_tau": {"8": 3.5}}  # tree 14.5 against chain 23.8 ms a token: not close
     measured = write_public_head(tmp_path / "sure", tiny_target, config_changes={"mars": {"acceptance": sure}})
     assert _session_shape(measured, tiny_target) == TreeShape(TREE_TOPK, 8) and asked == [(1, 5, 9)]
-    monkeypatch.setattr(cost, "curve_for", lambda *args, **kwargs: CostCurve({}, EPYC.ms_by_width, frozenset({1, 5, 9})))
+    monkeypatch.setattr(tuning_curve, "curve_for", lambda *args, **kwargs: CostCurve({}, EPYC.ms_by_width, frozenset({1, 5, 9})))
     assert _session_shape(plain, tiny_target) == CHAIN and asked == [(1, 5, 9)]  # settled already: taken as it is

@@ -11,7 +11,10 @@ import pytest
 import torch
 
 from mars_cli.decoding import cost
-from mars_cli.decoding.cost import AdaptiveDraftLength, CostCurve, LiveCosts, best_draft_length, expected_tokens
+from mars_cli.tuning import curve, store
+from mars_cli.tuning.choice import read
+from mars_cli.decoding.controller import AdaptiveDraftLength, LiveCosts
+from mars_cli.decoding.cost import CostCurve, best_draft_length, expected_tokens
 from mars_cli.decoding.tree import DraftTree
 from mars_cli.decoding.target import TargetScorer
 
@@ -85,29 +88,29 @@ def test_a_corrupt_or_stale_cache_file_is_measured_again(tmp_path, monkeypatch, 
     monkeypatch.setenv("MARS_CACHE", str(tmp_path))
     scorer = TargetScorer(tiny_target)
     measured = []
-    original = cost.measure_curve
+    original = curve.time_width_samples
 
     def counting(*args, **kwargs):
         measured.append(1)
-        return original(args[0], args[1], widths=(1, 2, 3), repeats=1)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(cost, "measure_curve", counting)
-    first = cost.curve_for(scorer, (1, 2, 3))
+    monkeypatch.setattr(curve, "time_width_samples", counting)
+    first = curve.curve_for(scorer, (1, 2, 3))
     assert sorted(first.ms_by_width) == [1, 2, 3] and len(measured) == 1
-    assert cost.curve_for(scorer, (1, 2, 3)).ms_by_width == first.ms_by_width and len(measured) == 1  # cached
-    path = cost.cache_path(first.key)
-    for corrupt in ("{not json", json.dumps({"schema": 1, "key": first.key, "ms_by_width": {"1": -3}}),
-                    json.dumps({"schema": 1, "key": {**first.key, "torch": "0.0"}, "ms_by_width": {"1": 5}})):
+    assert curve.curve_for(scorer, (1, 2, 3)).ms_by_width == first.ms_by_width and len(measured) == 1  # cached
+    path = store.cache_path(first.key, curve.FOLDER)
+    for corrupt in ("{not json", json.dumps({"schema": cost.SCHEMA, "key": first.key, "ms_by_width": {"1": -3}}),
+                    json.dumps({"schema": cost.SCHEMA, "key": {**first.key, "torch": "0.0"}, "ms_by_width": {"1": 5}})):
         path.write_text(corrupt)
-        cost.curve_for(scorer, (1, 2, 3))
+        curve.curve_for(scorer, (1, 2, 3))
     assert len(measured) == 4  # never trusted: measured again each time
-    assert cost.load_cached(first.key) is not None
+    assert read(curve.CurveMeasurement(scorer, (1, 2, 3))) is not None
 
 
 def test_measuring_leaves_the_scorer_usable(tiny_target):
     scorer = TargetScorer(tiny_target)
-    curve = cost.measure_curve(scorer, {}, widths=(1, 4), repeats=1, context=20)
-    assert set(curve.ms_by_width) == {1, 4} and all(ms > 0 for ms in curve.ms_by_width.values())
+    measured = curve.measure_curve(scorer, {}, widths=(1, 4), repeats=1, context=20)
+    assert set(measured.ms_by_width) == {1, 4} and all(ms > 0 for ms in measured.ms_by_width.values())
     assert len(scorer.cache) == scorer.committed == 20
     with torch.inference_mode():
         assert scorer.score(torch.tensor([3]), DraftTree.chain(torch.tensor([4])), width=2).logits.shape[0] == 2

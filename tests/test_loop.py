@@ -8,7 +8,8 @@ import random
 import pytest
 import torch
 
-from mars_cli.decoding.cost import AdaptiveDraftLength, CostCurve
+from mars_cli.decoding.controller import AdaptiveDraftLength
+from mars_cli.decoding.cost import CostCurve
 from mars_cli.decoding.tree import DraftTree
 from mars_cli.decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, check_same_vocabulary
 from mars_cli.decoding.loop import DecodeSettings, decode

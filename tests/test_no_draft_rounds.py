@@ -9,7 +9,8 @@ from collections import Counter
 
 import torch
 
-from mars_cli.decoding.cost import AdaptiveDraftLength, CostCurve
+from mars_cli.decoding.controller import AdaptiveDraftLength
+from mars_cli.decoding.cost import CostCurve
 from mars_cli.decoding.loop import DecodeSettings, decode
 from mars_cli.decoding.sampling import SamplingParams
 from mars_cli.decoding.stats import DecodeStats

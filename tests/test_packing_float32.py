@@ -1,4 +1,4 @@
-"""Packed float32 linears (mars_cli/packing.py): the exact mode on prepacked weights gives dense
+"""Packed float32 linears (mars_cli/decoding/packing.py): the exact mode on prepacked weights gives dense
 float32's numbers at every width, strict drafting on them reproduces plain decoding on them token
 for token, and the dtype chooser's switch packs each dtype once. Runs where torch packs float32
 (any x86 CPU with oneDNN), unlike tests/test_packing.py's bfloat16 half."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mars_cli import packing
+from mars_cli.decoding import packing
 from mars_cli.models import load_model
 from mars_cli.options import DecodingOptions
 from mars_cli.session import Session

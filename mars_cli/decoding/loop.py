@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from .cost import AdaptiveDraftLength
+from .controller import AdaptiveDraftLength
 from .drafters import Drafter
 from .sampling import PositionNoise
 from .tree import DraftTree

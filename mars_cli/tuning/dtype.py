@@ -9,15 +9,15 @@ model, device and torch version (`dtype_key`), the target, loaded in float32, is
 candidate (float32 and bfloat16; float16 too on a GPU): a short prompt prefilled, then single-token
 cached forwards through the decoding loop's own scorer, dtypes interleaved A B A B with repeats,
 median per step (`time_steps`); timed once more, the blocks pooled, when a lower precision's step
-is a close call against float32's (within cost.CLOSE_CALL of EXACT_PREFERENCE). The fastest usable
-one wins, and the choice and its measurement are cached as JSON under `<cache>/dtypes/`, like the
-cost curves (decoding/cost.py, whose helpers this uses). A float32 model is then converted in place (`cast_parameters`): loaded once.
+is a close call against float32's (within clock.CLOSE_CALL of EXACT_PREFERENCE). The fastest usable
+one wins, and the choice and its measurement are cached under `<cache>/dtypes/` (choice.py's
+protocol). A float32 model is then converted in place (models.cast_parameters): loaded once.
 
 A session that drafts (`speculative`) is decoded in rounds whose verification forward is wider than
 a plain step, and what width costs differs between dtypes far more than a plain step does (on an
 Intel Xeon with AMX a 17-wide forward cost 1.27x a plain step in bfloat16 and 2.2x in float32,
 while their plain steps were within noise of each other): there each usable candidate's cost curve
-is measured too (cached per dtype, as the session's own would be: decoding/cost.py), and the
+is measured too (cached per dtype, as the session's own would be: curve.py), and the
 candidates are compared by the target's milliseconds per emitted token in the best draft shape
 each affords, at the default drafter's measured acceptance (`cost.speculative_estimate`). A
 session without drafting (`--draft none`) compares plain steps. The two choices are cached apart.
@@ -26,19 +26,17 @@ Usable (`check_usable`): on the calibration prompts, taken in order until they h
 positions, a candidate's next-token logits at every position are finite and their argmax agrees with
 float32's at MIN_AGREEMENT of the positions or more. An explicit `--dtype float16` on a CPU takes the same check (models.py).
 
-Never cached (used for this run only, measured again next time): a measurement started while the
-load average exceeded the usable cores plus cost.LOAD_HEADROOM, one whose steps varied more than
-MAX_SPREAD times between repeats, one cut short by its budget, and one taken while another process
-held the entry's lock too long. A cached entry that does not parse, names an unknown dtype, lacks a
-field or holds a time no step could take is measured again.
+Provisional (used, and measured again later: choice.py): a measurement started on a busy machine,
+one whose steps varied more than MAX_SPREAD times between repeats, and one cut short by the budget,
+the usability check included (a candidate not checked in time is not used). A cached entry that
+does not parse, names an unknown dtype, lacks a field or holds a time no step could take is
+measured again.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,11 +44,12 @@ from typing import Callable, Sequence
 
 import torch
 
-from . import notes
-from .decoding import cost
-from .decoding.acceptance import EARLY_HEAD, DraftAcceptance
-from .errors import KERNEL_FAILURES, first_line
-from .models import DTYPES, LoadedModel
+from ..decoding import cost
+from ..decoding.acceptance import EARLY_HEAD, DraftAcceptance
+from ..errors import KERNEL_FAILURES, UserError, first_line
+from ..models import DTYPES, LoadedModel, cast_parameters, kept_in_float32
+from . import clock, curve, machine, store
+from .choice import MeasuredChoice, Provenance, announced, obtain
 
 SCHEMA = 7  # 3: drafting sessions chosen for apart (the key's "decoding"); 4: bfloat16 timed packed;
 # 5: a drafting session's key holds the acceptance figures its estimate used; 6: the check's CHECK_POSITIONS;
@@ -70,11 +69,11 @@ MIN_AGREEMENT = 0.90
 # 1 in 10,000 (binomial), for about 25 short forwards per candidate.
 CHECK_POSITIONS = 320
 CHECK_TOKENS = 64  # each prompt truncated to this many tokens
-CALIBRATION_PROMPTS = Path(__file__).parent / "data" / "calibration_prompts.jsonl"
+CALIBRATION_PROMPTS = Path(__file__).parent.parent / "data" / "calibration_prompts.jsonl"
 # prefilled before the timed steps: a decoding step's context, as the cost curve's (at 16 tokens
 # emulated bfloat16 stepped 3% faster than float32 on this project's Xeon, at 200 4% slower, and
 # decoding at 50-300 tokens ran 9% slower in it: the choice must be timed where decoding runs)
-PROMPT_TOKENS = cost.CONTEXT_TOKENS
+PROMPT_TOKENS = curve.CONTEXT_TOKENS
 STEPS = 8  # single-token cached forwards per timed block (ms per step: the block's time / STEPS)
 REPEATS = 5  # timed blocks per dtype, interleaved across dtypes; the median counts
 MAX_SPREAD = 2.0  # a dtype's slowest block over its fastest beyond this: the machine is not steady
@@ -85,6 +84,7 @@ EXACT_PREFERENCE = 0.97
 # of the check: the check's work is fixed, and bfloat16 in software spent 6 s of the budget on it
 # (wide forwards) on an AMD EPYC with AVX2 only, so that no measurement there ever completed
 BUDGET_S = 10.0
+UNCHECKED = "its usability check did not finish within the measuring budget"
 
 
 def candidates(device: torch.device) -> tuple[str, ...]:
@@ -97,7 +97,7 @@ def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = 
     """Everything the choice depends on that can change between runs on one machine (`packed`:
     each CPU candidate timed on packed linears, as a session with `--packed-weights` other than off runs it;
     a drafting session's: the acceptance figures it is estimated at, so a new head re-measures)."""
-    key = {**cost.machine_key(model_fingerprint, device), "candidates": list(candidates(device)),
+    key = {**machine.machine_key(model_fingerprint, device), "candidates": list(candidates(device)),
            "decoding": SPECULATIVE if speculative else PLAIN, "packed": packed}
     if speculative:
         key["acceptance"] = default_acceptance(model_fingerprint).key()
@@ -107,7 +107,7 @@ def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = 
 def default_acceptance(model_fingerprint: str) -> DraftAcceptance:
     """The figures of the drafter `--draft auto` takes for this target: its head's measured ones
     when it records them, an early head's otherwise (decoding/acceptance.py)."""
-    from .head.drafter import find_head, head_acceptance
+    from ..head.drafter import find_head, head_acceptance
 
     path = find_head(model_fingerprint)
     figures = None if path is None else head_acceptance(path)
@@ -143,23 +143,21 @@ class DtypeChoice:
     key: dict
     chosen: str
     candidates: list[Candidate] = field(default_factory=list)
-    cached: bool = False  # read from the cache, not measured now
-    unsaved: str | None = None  # measured now but not cached, and why
+    provenance: Provenance = field(default_factory=Provenance)
 
     @property
     def dtype(self) -> torch.dtype:
         return DTYPES[self.chosen]
 
-    def to_json(self) -> str:
-        return json.dumps({"schema": SCHEMA, "key": self.key, "chosen": self.chosen,
-                           "candidates": [asdict(c) for c in self.candidates]}, indent=1)
+    def fields(self) -> dict:
+        return {"chosen": self.chosen, "candidates": [asdict(c) for c in self.candidates]}
 
     def report(self) -> dict:
-        """For `mars profile --dtypes` (its table and --json)."""
-        return {"key": self.key, "chosen": self.chosen, "cached": self.cached, "unsaved": self.unsaved,
-                "path": str(cost.cache_path(self.key, FOLDER)), "steps": STEPS, "min_agreement": MIN_AGREEMENT,
-                "exact_kept_over": exact_kept(self), "exact_preference": EXACT_PREFERENCE,
-                "candidates": [asdict(c) for c in self.candidates]}
+        """For `mars tune` and `mars profile --dtypes` (their tables and --json)."""
+        return {"key": self.key, "chosen": self.chosen, "cached": self.provenance.cached,
+                "provisional": self.provenance.provisional, "path": str(store.cache_path(self.key, FOLDER)),
+                "steps": STEPS, "min_agreement": MIN_AGREEMENT, "exact_kept_over": exact_kept(self),
+                "exact_preference": EXACT_PREFERENCE, "candidates": [asdict(c) for c in self.candidates]}
 
 
 def fastest(found: Sequence[Candidate]) -> str:
@@ -183,26 +181,43 @@ def exact_kept(choice: DtypeChoice) -> str | None:
     return min(faster, key=timed.__getitem__) if faster else None
 
 
-# --------------------------------------------------------------------------- the cache
-def load_cached(key: dict) -> DtypeChoice | None:
-    """The cached choice for `key`, or None when absent, unreadable, stale or malformed: every
-    candidate named once with its fields, a plausible step time for each usable one, and the
-    chosen one the fastest of them (anything else is measured again, never trusted)."""
-    data = cost.read_entry(cost.cache_path(key, FOLDER), SCHEMA, key)
-    if data is None:
-        return None
-    try:
+# --------------------------------------------------------------------------- the protocol
+class DtypeMeasurement(MeasuredChoice[DtypeChoice]):
+    """`--dtype auto` on `target` (loaded in float32, left in float32 here), for a session that
+    drafts (`speculative`) or not, each candidate timed on packed linears (`packed`) where they
+    can be packed."""
+
+    what, folder, schema, budget_s = "dtype measurement", FOLDER, SCHEMA, BUDGET_S
+
+    def __init__(self, target: LoadedModel, speculative: bool = False, packed: bool = False) -> None:
+        self.target = target
+        self._key = dtype_key(target.fingerprint, target.device, speculative, packed)
+
+    @property
+    def key(self) -> dict:
+        return self._key
+
+    def measure(self, deadline: float | None, previous: DtypeChoice | None = None) -> DtypeChoice:
+        return measure(self.target, self.key, deadline)
+
+    def parse(self, data: dict) -> DtypeChoice | None:
+        """Every candidate named once with its fields, a plausible step time for each usable one,
+        and the chosen one the fastest of them."""
         found = [_candidate(entry) for entry in data["candidates"]]
-        names = [c.dtype for c in found]
-        if sorted(names) != sorted(key["candidates"]) or not all(found):
+        names = [c.dtype for c in found if c is not None]
+        if sorted(names) != sorted(self.key["candidates"]) or not all(found):
             return None
-        choice = DtypeChoice(key, str(data["chosen"]), found, cached=True)  # type: ignore[arg-type]
-    except cost.ENTRY_ERRORS:
-        return None
-    usable = [c for c in found if c.usable]
-    if choice.chosen not in names or not any(c.dtype == EXACT for c in usable) or fastest(found) != choice.chosen:
-        return None
-    return choice
+        choice = DtypeChoice(self.key, str(data["chosen"]), found)  # type: ignore[arg-type]
+        usable = [c for c in found if c.usable]  # type: ignore[union-attr]
+        if choice.chosen not in names or not any(c.dtype == EXACT for c in usable) or fastest(found) != choice.chosen:
+            return None
+        return choice
+
+    def fallback(self, why: str) -> DtypeChoice:
+        return DtypeChoice(self.key, EXACT, [Candidate(EXACT, True, 1.0)], Provenance(provisional=why))
+
+    def describe(self, result: DtypeChoice) -> str:
+        return describe(result)
 
 
 def _candidate(entry: dict) -> Candidate | None:
@@ -210,66 +225,37 @@ def _candidate(entry: dict) -> Candidate | None:
     dtype, usable, ms = entry["dtype"], entry["usable"], entry["ms_per_step"]
     if dtype not in DTYPES or not isinstance(usable, bool):
         return None
-    if usable:
-        if isinstance(ms, bool) or not isinstance(ms, (int, float)):
-            return None
-        if not (math.isfinite(ms) and cost.MIN_PLAUSIBLE_MS <= ms <= cost.MAX_PLAUSIBLE_MS):
-            return None
+    if usable and not store.plausible_times(ms):
+        return None
     problem = entry.get("problem")
     if problem is not None and not isinstance(problem, str):
         return None
-    per_token, shape = _number(entry.get("ms_per_token")), entry.get("shape")
-    if per_token is not None and not cost.MIN_PLAUSIBLE_MS <= per_token <= cost.MAX_PLAUSIBLE_MS:
+    per_token, shape = store.number(entry.get("ms_per_token")), entry.get("shape")
+    if per_token is not None and not store.plausible_times(per_token):
         return None
     if shape is not None and not isinstance(shape, str):
         return None
     packed = entry.get("packed", False)
     if not isinstance(packed, bool):
         return None
-    return Candidate(dtype, usable, _number(entry.get("agreement")), problem, _number(ms), _number(entry.get("spread")),
-                     int(entry.get("repeats", 0)), per_token, shape, packed)
-
-
-def _number(value: object) -> float | None:
-    """A cached number (None stays None); ValueError for anything else."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"not a number: {value!r}")
-    return float(value)
+    return Candidate(dtype, usable, store.number(entry.get("agreement")), problem, store.number(ms),
+                     store.number(entry.get("spread")), int(entry.get("repeats", 0)), per_token, shape, packed)
 
 
 # --------------------------------------------------------------------------- choosing
-def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = False,
-           packed: bool = False) -> DtypeChoice:
-    """The dtype `--dtype auto` decodes `target` in (loaded in float32, left in float32 here),
-    for a session that drafts (`speculative`) or not, each candidate timed on packed linears (`packed`)
-    where they can be packed:
-    the cached choice, else measured under the entry's lock and cached, with one note on stderr.
-    `fresh` (`mars profile --dtypes`) measures afresh, unbounded, and says nothing (the table
-    does). A process that finds the lock held waits for the other's result and reads it; after
-    cost.LOCK_WAIT_S it decodes in float32, uncached."""
-    key = dtype_key(target.fingerprint, target.device, speculative, packed)
-    waiting = None if fresh else (lambda: notes.note(
-        f"another mars process is measuring which dtype decodes fastest; waiting for it (at most "
-        f"{cost.LOCK_WAIT_S:.0f} s)"))
-    choice = cost.cached_or_measured(
-        cost.cache_path(key, FOLDER), lambda: load_cached(key),
-        lambda: measure(target, key, None if fresh else BUDGET_S),
-        lambda why: DtypeChoice(key, EXACT, [Candidate(EXACT, True, 1.0)], unsaved=why),
-        "dtype measurement", fresh, waiting)
-    if not fresh and not choice.cached:
-        notes.note(describe(choice))
-    return choice
+def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = False, packed: bool = False,
+           budget: clock.Budget | None = None) -> DtypeChoice:
+    """The dtype `--dtype auto` decodes `target` in: the cached choice, else measured (choice.py's
+    `obtain`), with one note. `fresh` measures afresh and says nothing (`mars tune`'s table does)."""
+    return obtain(DtypeMeasurement(target, speculative, packed), fresh=fresh, budget=budget, announce=not fresh)
 
 
-def measure(target: LoadedModel, key: dict, budget_s: float | None = None) -> DtypeChoice:
-    """Check and time each candidate on `target` (loaded in float32; left in float32), the timing
-    within `budget_s` from the check's end (None: unbounded)."""
-    from .packing import Switch
+def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> DtypeChoice:
+    """Check and time each candidate on `target` (loaded in float32; left in float32), stopping by
+    `deadline` (clock.now(); None: unbounded)."""
+    from ..decoding.packing import Switch
 
     names = list(key["candidates"])
-    busy = cost.busy_reason()  # before measuring: the measuring itself loads the machine
     switch = Switch(target.model) if key.get("packed") else None
     packed: set[str] = set()  # the candidates that ran on packed linears
 
@@ -282,7 +268,7 @@ def measure(target: LoadedModel, key: dict, budget_s: float | None = None) -> Dt
 
     with _Weights(target.model) as weights:
         try:
-            found = _measured(target, key, use, names, budget_s)
+            found = _measured(target, key, use, names, deadline)
         finally:
             if switch is not None:
                 switch.set(False)
@@ -290,26 +276,24 @@ def measure(target: LoadedModel, key: dict, budget_s: float | None = None) -> Dt
         candidate.packed = candidate.dtype in packed
     timed = [c for c in found if c.ms_per_step is not None]
     unsteady = [c.dtype for c in timed if c.spread > MAX_SPREAD]
-    short = [c.dtype for c in found if c.usable and c.repeats < REPEATS]
-    unsaved = busy
-    if unsaved is None and unsteady:
-        unsaved = f"{' and '.join(unsteady)} steps varied more than {MAX_SPREAD:g}x between repeats: a busy machine"
-    if unsaved is None and short:
-        unsaved = f"the measuring ran out of its {BUDGET_S:.0f} s before timing {' and '.join(short)} fully"
-    return DtypeChoice(key, fastest(found), found, unsaved=unsaved)
+    short = [c.dtype for c in found if c.repeats < REPEATS and (c.usable or c.problem == UNCHECKED)]
+    provisional = None
+    if unsteady:
+        provisional = f"{' and '.join(unsteady)} steps varied more than {MAX_SPREAD:g}x between repeats: a busy machine"
+    elif short:
+        provisional = f"the measuring ran out of its budget before timing {' and '.join(short)} fully"
+    return DtypeChoice(key, fastest(found), found, Provenance(provisional=provisional))
 
 
 def _measured(target: LoadedModel, key: dict, use: Callable[[str], None], names: Sequence[str],
-              budget_s: float | None) -> list[Candidate]:
-    """Each candidate checked, timed (within `budget_s` of the check's end) and (a speculative
-    session) estimated, with `use` switching."""
-    found = check_usable(target, use, names)
+              deadline: float | None) -> list[Candidate]:
+    """Each candidate checked, timed and (a speculative session) estimated, with `use` switching,
+    all by `deadline`."""
+    found = check_usable(target, use, names, deadline)
     usable = [c.dtype for c in found if c.usable]
-    deadline = None if budget_s is None else cost._now() + budget_s
     samples = time_steps(target, use, usable, deadline)
-    if _close_call(samples):  # timed again, the blocks pooled
-        again = None if budget_s is None else cost._now() + budget_s
-        samples = cost.pooled(samples, time_steps(target, use, usable, again))
+    if _close_call(samples) and (deadline is None or clock.now() < deadline):  # timed again, the blocks pooled
+        samples = clock.pooled(samples, time_steps(target, use, usable, deadline))
     for candidate in found:
         times = samples.get(candidate.dtype) or []
         if times:
@@ -326,11 +310,11 @@ def _measured(target: LoadedModel, key: dict, use: Callable[[str], None], names:
 
 
 def _close_call(samples: dict[str, list[float]]) -> bool:
-    """Whether a lower precision's median step lies within cost.CLOSE_CALL of EXACT_PREFERENCE of
+    """Whether a lower precision's median step lies within clock.CLOSE_CALL of EXACT_PREFERENCE of
     float32's: a verdict that one slow minute could turn."""
     medians = {name: statistics.median(times) for name, times in samples.items() if times}
     exact = medians.get(EXACT)
-    return bool(exact) and any(cost.close_call(ms / exact, EXACT_PREFERENCE)
+    return bool(exact) and any(clock.close_call(ms / exact, EXACT_PREFERENCE)
                                for name, ms in medians.items() if name != EXACT)
 
 
@@ -354,8 +338,8 @@ def describe(choice: DtypeChoice) -> str:
     refused = [f"{c.dtype} not usable here: {c.problem}" for c in choice.candidates if not c.usable]
     if refused:
         line += "; " + "; ".join(refused)
-    return cost.announced(line, choice.unsaved, "model, device and torch version, then cached (`mars profile --dtypes` "
-                                                "shows it; --dtype float32 is the exact mode)")
+    return announced(line, choice.provenance, "model, device and torch version (`mars tune` shows it; --dtype "
+                                              "float32 is the exact mode)")
 
 
 def _label(candidate: Candidate) -> str:
@@ -365,44 +349,49 @@ def _label(candidate: Candidate) -> str:
 def speculative_cost(target: LoadedModel, name: str, plain_ms: float,
                      fresh: bool = False) -> tuple[float | None, str | None]:
     """(the target's milliseconds per emitted token, the shape) in dtype `name`, whose weights
-    `target` holds now, from its cost curve (the cached one, or measured now within the first
-    use's budget and cached, as a session's own; `fresh`: measured afresh, unbounded) taken
-    relative to its own width-1 cost and scaled by `plain_ms`, the step timed interleaved with the
-    other dtypes' (curves measured one after the other would carry the machine's drift between
-    them); (None, None) when the curve could not be had."""
-    from .decoding.target import TargetScorer
+    `target` holds now, from its cost curve (the cached one, or measured now within what is left
+    of the budget and cached, as a session's own; `fresh`: measured afresh) taken relative to its
+    own width-1 cost and scaled by `plain_ms`, the step timed interleaved with the other dtypes'
+    (curves measured one after the other would carry the machine's drift between them); (None,
+    None) when the curve could not be had."""
+    from ..decoding.target import TargetScorer
 
     loaded_as = target.dtype
     target.dtype = DTYPES[name]  # the curve's key, and the attention masks' dtype
     try:
-        curve = cost.curve_for(TargetScorer(target), cost.ESTIMATE_WIDTHS, fresh=fresh,
-                               note=None if fresh else notes.note, budget=cost.Budget())
+        measured = curve.curve_for(TargetScorer(target), cost.ESTIMATE_WIDTHS, fresh=fresh, announce=False)
     finally:
         target.dtype = loaded_as
-    if 1 not in curve.ms_by_width:
+    if 1 not in measured.ms_by_width:
         return None, None
-    ms, shape = cost.speculative_estimate(curve, default_acceptance(target.fingerprint))
-    return plain_ms * ms / curve.ms_by_width[1], shape
+    ms, shape = cost.speculative_estimate(measured, default_acceptance(target.fingerprint))
+    return plain_ms * ms / measured.ms_by_width[1], shape
 
 
 # --------------------------------------------------------------------------- the check
-def check_usable(target: LoadedModel, use: Callable[[str], None], names: Sequence[str]) -> list[Candidate]:
+def check_usable(target: LoadedModel, use: Callable[[str], None], names: Sequence[str],
+                 deadline: float | None = None) -> list[Candidate]:
     """Each candidate's verdict: its next-token logits at every position of the check's prompts
     finite, and their argmax equal to float32's at MIN_AGREEMENT of the positions or more. A
-    dtype torch cannot run here is not usable either. float32, the reference, always is."""
+    dtype torch cannot run here is not usable either, nor one whose check `deadline` cut short
+    (UNCHECKED). float32, the reference, always is."""
     prompts = check_prompts(target)
-    reference = _argmaxes(target, use, EXACT, prompts)[0]
+    reference = _argmaxes(target, use, EXACT, prompts, deadline)
     found = []
     for name in names:
         if name == EXACT:
             found.append(Candidate(name, True, 1.0))
             continue
         try:
-            chosen, finite = _argmaxes(target, use, name, prompts)
+            checked = None if reference is None else _argmaxes(target, use, name, prompts, deadline)
         except KERNEL_FAILURES as exc:
             found.append(Candidate(name, False, problem=f"torch cannot run it ({first_line(exc)})"))
             continue
-        agreement = float(torch.cat(chosen).eq(torch.cat(reference)).float().mean())
+        if checked is None:
+            found.append(Candidate(name, False, problem=UNCHECKED))
+            continue
+        chosen, finite = checked
+        agreement = float(torch.cat(chosen).eq(torch.cat(reference[0])).float().mean())
         if not finite:
             found.append(Candidate(name, False, agreement, "its logits are not finite (overflow or NaN)"))
         elif agreement < MIN_AGREEMENT:
@@ -429,13 +418,16 @@ def check_prompts(target: LoadedModel) -> list[torch.Tensor]:
     return prompts
 
 
-def _argmaxes(target: LoadedModel, use: Callable[[str], None], name: str,
-              prompts: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], bool]:
-    """Each prompt's argmax at every position in dtype `name`, and whether every logit was finite."""
+def _argmaxes(target: LoadedModel, use: Callable[[str], None], name: str, prompts: Sequence[torch.Tensor],
+              deadline: float | None = None) -> tuple[list[torch.Tensor], bool] | None:
+    """Each prompt's argmax at every position in dtype `name`, and whether every logit was finite;
+    None when `deadline` passed before every prompt was read."""
     use(name)
     chosen, finite = [], True
     with torch.inference_mode():
         for ids in prompts:
+            if deadline is not None and clock.now() >= deadline:
+                return None
             logits = target.model(input_ids=ids[None].to(target.device), use_cache=False).logits[0]
             finite = finite and bool(torch.isfinite(logits).all())
             chosen.append(logits.argmax(-1).cpu())
@@ -443,14 +435,14 @@ def _argmaxes(target: LoadedModel, use: Callable[[str], None], name: str,
 
 
 def require_usable(target: LoadedModel, name: str, flag: str) -> None:
-    """An explicit dtype that needs the check (float16 on a CPU): UserError unless it passes."""
-    from .errors import UserError
-
+    """An explicit dtype that needs the check (float16 on a CPU, loaded in float32): UserError
+    unless it passes; converted to it when it does."""
     with _Weights(target.model) as weights:
         verdict = check_usable(target, weights.use, [name])[0]
     if not verdict.usable:
         raise UserError(f"{flag} {name} is unusable on this {target.device.type.upper()}: {verdict.problem}; use "
                         "--dtype auto, float32 or bfloat16")
+    convert(target, name)
 
 
 # --------------------------------------------------------------------------- timing
@@ -460,9 +452,9 @@ def time_steps(target: LoadedModel, use: Callable[[str], None], names: Sequence[
     per dtype, PROMPT_TOKENS pseudo-random tokens prefilled and one step taken (untimed, the
     warm-up), then blocks of STEPS single-token cached forwards through the loop's scorer (each
     feeding the last step's greedy token), dtypes interleaved, REPEATS blocks each, stopping at
-    `deadline` (cost.time_interleaved)."""
-    from .decoding.target import TargetScorer
-    from .decoding.tree import DraftTree
+    `deadline` (clock.time_interleaved)."""
+    from ..decoding.target import TargetScorer
+    from ..decoding.tree import DraftTree
 
     generator = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, target.vocab_size, (PROMPT_TOKENS + 1,), generator=generator)
@@ -489,32 +481,16 @@ def time_steps(target: LoadedModel, use: Callable[[str], None], names: Sequence[
     device = target.device
     synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     with torch.inference_mode():
-        blocks = cost.time_interleaved(run, list(names), REPEATS, synchronize, deadline)
+        blocks = clock.time_interleaved(run, list(names), REPEATS, synchronize, deadline)
     return {name: [ms / STEPS for ms in times] for name, times in blocks.items()}
 
 
 # --------------------------------------------------------------------------- weights
-def _kept_in_float32(model: torch.nn.Module, dtype: torch.dtype) -> Callable[[str], bool]:
-    """Which parameters transformers keeps in float32 when loading in `dtype` (a model's
-    `_keep_in_fp32_modules`): a converted model matches one loaded in that dtype."""
-    plan = getattr(model, "_get_dtype_plan", None)
-    patterns = list(plan(dtype)) if callable(plan) else []
-    return lambda name: any(pattern in name for pattern in patterns)
-
-
-def cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> None:
-    """Convert the floating-point parameters in place, as loading in `dtype` would have them;
-    buffers stay (RoPE's float32 frequencies: `model.to(dtype)` would round them, and positions
-    far into a sequence with them)."""
-    kept = _kept_in_float32(model, dtype)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if parameter.is_floating_point() and parameter.dtype != dtype and not kept(name):
-                parameter.data = parameter.data.to(dtype)
-    config = getattr(model, "config", None)
-    if config is not None:  # an unusual config that refuses the label keeps its old one
-        with contextlib.suppress(AttributeError, TypeError, ValueError):
-            config.dtype = dtype
+def convert(target: LoadedModel, name: str) -> None:
+    """`target`'s weights in dtype `name` from now on (in place: loaded once)."""
+    if DTYPES[name] != target.dtype:
+        cast_parameters(target.model, DTYPES[name])
+        target.dtype = DTYPES[name]
 
 
 class _Weights:
@@ -531,7 +507,7 @@ class _Weights:
         if name == self.current:
             return
         if name not in self.copies:
-            dtype, kept = DTYPES[name], _kept_in_float32(self.model, DTYPES[name])
+            dtype, kept = DTYPES[name], kept_in_float32(self.model, DTYPES[name])
             with torch.no_grad():
                 self.copies[name] = [data if kept(label) else data.to(dtype)
                                      for (label, _), data in zip(self.parameters, self.copies[EXACT])]

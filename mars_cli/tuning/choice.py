@@ -1,0 +1,206 @@
+"""One protocol for every measured choice: key, cached entry, lock, budget, plausibility,
+provisional entries on a busy machine, forgetting on drift, and one note.
+
+A `MeasuredChoice` says what it measures (`key`, `measure`), how to read its entry back
+(`parse`, which refuses anything implausible), what to run on when nothing can be measured
+(`fallback`) and how to announce it (`describe`); `obtain` does the rest, the same for the
+dtype, packing, the int8 head and the cost curve:
+
+- a settled entry is read and used: a warm run measures nothing;
+- otherwise one process measures, under the entry's lock, within what is left of the process's
+  budget (clock.BUDGET); another process waits at most that long, then runs on the fallback;
+- a measurement taken while the machine is busy, cut short by the budget, or never reached
+  still decides this run, and is stored as *provisional* with its date: later runs use it
+  without measuring until RETRY_AFTER_S have passed and the machine is quiet (or `mars tune`
+  is run). Measuring again on every call under load once took a one-liner 11-16 s;
+- drift (drift.py) turns a settled entry provisional: measured again once the machine is quiet.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from .. import notes
+from . import clock, machine, store
+
+RETRY_AFTER_S = 600.0  # a provisional entry is measured again after this long, on a quiet machine
+# ... or at once on a quiet machine, when it was cut short there (a first use on a quiet machine
+# goes on where it stopped), up to this many times in a row
+QUIET_ATTEMPTS = 3
+LOCK_WAIT_S = 30.0  # the most a process waits for another's measurement (and never past its budget)
+
+
+@dataclass
+class Provenance:
+    """Where a result came from: the cache or a measurement now, and whether it is provisional."""
+
+    cached: bool = False
+    provisional: str | None = None  # why it is not the settled answer (busy, cut short, not reached)
+    measured_at: float | None = None  # clock.wall() when it was measured (or fell back)
+    busy: bool = False  # the machine was busy then: measured again only after RETRY_AFTER_S
+    attempts: int = 1  # measurements in a row that ended provisional on a quiet machine
+
+
+R = TypeVar("R")
+
+
+class MeasuredChoice(ABC, Generic[R]):
+    """One kind of measurement of this machine. Subclasses set the class attributes and the
+    five methods; results carry a `provenance` and a `fields()` dict for their entry."""
+
+    what: str  # "dtype measurement": in notes
+    folder: str  # <cache>/<folder>/
+    schema: int
+    budget_s: float | None = None  # at most this long, within the process's budget
+
+    @property
+    @abstractmethod
+    def key(self) -> dict:
+        """Everything the answer depends on that can change between runs on one machine."""
+
+    @abstractmethod
+    def measure(self, deadline: float | None, previous: R | None) -> R:
+        """Measure now, stopping by `deadline` (clock.now(); None: unbounded); `previous`: the
+        entry measured before, provisional (a cost curve keeps its widths). A measurement cut at
+        any point returns a valid result, its provenance's `provisional` saying why."""
+
+    @abstractmethod
+    def parse(self, data: dict) -> R | None:
+        """The result an entry's fields hold, or None when anything is missing or implausible
+        (store.ENTRY_ERRORS raised here mean the same)."""
+
+    @abstractmethod
+    def fallback(self, why: str) -> R:
+        """The safe answer when nothing was measured (`why`: one clause)."""
+
+    def complete(self, result: R) -> bool:
+        """Whether a cached result answers this use in full (a cost curve: all the widths asked)."""
+        return True
+
+    @abstractmethod
+    def describe(self, result: R) -> str:
+        """The one line that announces a result measured now (or provisional)."""
+
+    @property
+    def path(self) -> Path:
+        return store.cache_path(self.key, self.folder)
+
+
+def read(choice: MeasuredChoice[R], path: Path | None = None) -> R | None:
+    """The entry's result (`provenance.cached` True), or None when absent or refused."""
+    data = store.read_entry(path or choice.path, choice.schema, choice.key)
+    if data is None:
+        return None
+    try:
+        result = choice.parse(data)
+        provisional, at = data.get("provisional"), store.number(data.get("measured_at"))
+        busy, attempts = data.get("busy", False), int(data.get("attempts", 1))
+    except store.ENTRY_ERRORS:
+        return None
+    if result is None or (provisional is not None and not isinstance(provisional, str)) or not isinstance(busy, bool):
+        return None
+    result.provenance = Provenance(True, provisional, at, busy, attempts)  # type: ignore[attr-defined]
+    return result
+
+
+def due(result: object) -> bool:
+    """Whether a cached result should be measured again now, on a machine that is quiet now: a
+    provisional one older than RETRY_AFTER_S, or one cut short on a quiet machine (fewer than
+    QUIET_ATTEMPTS times in a row)."""
+    provenance: Provenance = result.provenance  # type: ignore[attr-defined]
+    if provenance.provisional is None:
+        return False
+    age = clock.wall() - (provenance.measured_at or 0.0)
+    soon = not provenance.busy and provenance.attempts < QUIET_ATTEMPTS
+    return (soon or age >= RETRY_AFTER_S) and machine.busy_reason() is None
+
+
+def save(choice: MeasuredChoice[R], result: R) -> None:
+    """Write `result` as the entry (provisional or settled); a cache that cannot be written is
+    noted once, and the result then serves this run only."""
+    provenance: Provenance = result.provenance  # type: ignore[attr-defined]
+    text = json.dumps({"schema": choice.schema, "key": choice.key, **result.fields(),  # type: ignore[attr-defined]
+                       "provisional": provenance.provisional, "measured_at": provenance.measured_at,
+                       "busy": provenance.busy, "attempts": provenance.attempts}, indent=1)
+    if not store.save_or_note(choice.path, text, choice.what) and provenance.provisional is None:
+        provenance.provisional = "the cache cannot be written"
+
+
+def obtain(choice: MeasuredChoice[R], *, fresh: bool = False, budget: clock.Budget | None = None,
+           announce: bool = True) -> R:
+    """The choice's answer on this machine: its entry, else measured (see the module's text).
+    `fresh` measures again whatever the entry says, within `budget` (`mars tune` passes an
+    unbounded one). `announce`: a result measured now, or provisional, gets its one note."""
+    with clock.TALLY.counting():
+        return _obtain(choice, fresh, budget or clock.BUDGET, announce)
+
+
+def _obtain(choice: MeasuredChoice[R], fresh: bool, budget: clock.Budget, announce: bool) -> R:
+    cached = None if fresh else read(choice)
+    if cached is not None and not due(cached) and (choice.complete(cached) or cached.provenance.provisional is not None):
+        _announce_provisional(choice, cached, announce)
+        return cached
+    waiting = (lambda: notes.note(f"another mars process is running the {choice.what}; waiting for it "
+                                  f"(at most {min(LOCK_WAIT_S, max(budget.left, 0)):.0f} s)")) if announce else None
+    with store.EntryLock(choice.path, min(LOCK_WAIT_S, max(budget.left, 0.0)), waiting) as lock:
+        if not lock.acquired:
+            result = cached or choice.fallback("another mars process was still measuring it")
+            if announce:
+                notes.note(choice.describe(result))
+            return result
+        if not fresh:  # measured by another process while this one waited?
+            again = read(choice)
+            if again is not None and not due(again) and (choice.complete(again) or again.provenance.provisional is not None):
+                return again
+            cached = again or cached
+        busy = machine.busy_reason()  # before measuring: the measuring itself loads the machine
+        if budget.spent and cached is not None:  # due, but nothing left to measure it with: as it is
+            return cached
+        if budget.spent:
+            result = choice.fallback(f"not measured: this process's {clock.PROCESS_BUDGET_S:.0f} s of measuring "
+                                     "were spent")
+        else:
+            with budget.spending() as deadline:
+                result = choice.measure(deadline(choice.budget_s), cached)
+        provenance: Provenance = result.provenance  # type: ignore[attr-defined]
+        provenance.provisional = busy or provenance.provisional
+        provenance.measured_at, provenance.busy = clock.wall(), busy is not None
+        if provenance.provisional is not None and cached is not None and cached.provenance.provisional is not None:
+            provenance.attempts = cached.provenance.attempts + 1  # type: ignore[attr-defined]
+        save(choice, result)
+    if announce:
+        notes.note(choice.describe(result))
+    return result
+
+
+def _announce_provisional(choice: MeasuredChoice, result: object, announce: bool) -> None:
+    """A provisional entry read from the cache: said once per process."""
+    if announce and result.provenance.provisional is not None:  # type: ignore[attr-defined]
+        notes.note(choice.describe(result), once=True)
+
+
+def announced(line: str, provenance: Provenance, scope: str) -> str:
+    """A measured choice's note: `line`, then that it is settled (measured once per `scope`) or
+    provisional, why, and when it is measured again."""
+    if provenance.provisional is None:
+        return f"{line}; measured once per {scope}, then cached"
+    return (f"{line}; provisional ({provenance.provisional}): used until the machine is quiet and "
+            f"{RETRY_AFTER_S / 60:.0f} min have passed, then measured again (`mars tune` measures now)")
+
+
+def mark_provisional(path: Path, why: str) -> bool:
+    """Turn a settled entry provisional (drift.py: the machine no longer runs as it measured):
+    still used, measured again on the next quiet run. Returns whether the entry was changed."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("provisional") is not None:
+            return False
+        data.update(provisional=why, measured_at=clock.wall(), busy=False, attempts=1)
+        store.write_entry(path, json.dumps(data, indent=1))
+    except (OSError, ValueError, TypeError, RecursionError):
+        return False
+    return True

@@ -1,0 +1,229 @@
+"""The target's cost curve on this machine: milliseconds per forward by width, measured through
+the session's own scorer, cached per (device, dtype, model, compile mode, packing, threads,
+torch) under `<cache>/costs/` (choice.py's protocol).
+
+Only the widths a session reads are measured (`curve_for`), within what is left of the process's
+budget; a curve cut short keeps what it measured, provisional, and a later quiet run measures the
+rest. A chain-or-tree call closer than cost.SHAPE_CLOSE is timed again once (`settle`). A process
+that waited too long for another's measurement decodes with a stand-in (`default_curve`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import torch
+
+from .. import notes
+from ..decoding.cost import COMPILED_WIDTHS, DEFAULT_WIDTHS, MAX_TREE_TOKENS, SCHEMA, CostCurve
+from ..decoding.packing import installed
+from ..decoding.tree import DraftTree
+from . import clock, machine, store
+from .choice import MeasuredChoice, Provenance, announced, obtain, save
+
+if TYPE_CHECKING:
+    from ..decoding.target import TargetScorer
+
+FOLDER = "costs"
+CONTEXT_TOKENS = 200  # cached tokens before the timed forwards (a typical prompt + some output)
+FIRST_USE_REPEATS = 3
+FRESH_REPEATS = 5
+SETTLE_REPEATS = 8  # forwards of each deciding width, interleaved, when a chain-or-tree call is close
+# a cached cost outside these is nonsense, measured again (`plausible`)
+MIN_WIDTH_RATIO, MAX_WIDTH_RATIO = 0.1, 1000.0
+MAX_PLAUSIBLE_WIDTH = 4096
+
+
+def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, compiled: bool,
+              context: int = CONTEXT_TOKENS, packed: bool = False) -> dict:
+    """Everything the cost depends on that can change between runs on one machine (`packed`: the
+    linears run on prepacked weights, decoding/packing.py)."""
+    return {**machine.machine_key(model_fingerprint, device), "dtype": str(dtype).replace("torch.", ""),
+            "compiled": compiled, "context": context, "packed": packed}
+
+
+def scorer_key(scorer: "TargetScorer") -> dict:
+    target = scorer.target
+    return curve_key(target.fingerprint, target.device, target.dtype, scorer.compiled, CONTEXT_TOKENS,
+                     installed(target.model))
+
+
+@dataclass
+class MeasuredCurve:
+    """A cost curve with where it came from (the protocol's result)."""
+
+    curve: CostCurve
+    provenance: Provenance = field(default_factory=Provenance)
+
+    def fields(self) -> dict:
+        return self.curve.fields()
+
+
+class CurveMeasurement(MeasuredChoice[MeasuredCurve]):
+    """The curve of `scorer`'s forwards with at least `wanted` widths (`known`: this session's
+    curve so far, whose widths are not measured again)."""
+
+    what, folder, schema = "cost curve measurement", FOLDER, SCHEMA
+
+    def __init__(self, scorer: "TargetScorer", wanted: Sequence[int], known: CostCurve | None = None,
+                 repeats: int = FIRST_USE_REPEATS) -> None:
+        self.scorer, self.wanted, self.known, self.repeats = scorer, sorted(set(wanted) | {1}), known, repeats
+        self._key = scorer_key(scorer)
+        # a compiled scorer's widths are few, and each one's first forward is a compile that decoding
+        # would pay anyway: no budget of its own (one cut short would leave its chain width unmeasured)
+        self.budget_s = math.inf if scorer.compiled else None
+
+    @property
+    def key(self) -> dict:
+        return self._key
+
+    def merged(self, curve: CostCurve | None) -> CostCurve:
+        """`curve` with this session's known widths on top."""
+        have = {**(curve.ms_by_width if curve else {}), **(self.known.ms_by_width if self.known else {})}
+        settled = (curve.settled if curve else frozenset()) | (self.known.settled if self.known else frozenset())
+        return CostCurve(self.key, have, settled)
+
+    def complete(self, result: MeasuredCurve) -> bool:
+        return all(w in self.merged(result.curve).ms_by_width for w in self.wanted)
+
+    def measure(self, deadline: float | None, previous: MeasuredCurve | None = None) -> MeasuredCurve:
+        have = self.merged(previous.curve if previous else None)
+        missing = [w for w in self.wanted if w not in have.ms_by_width]
+        with torch.inference_mode():
+            samples = time_width_samples(self.scorer, missing, self.repeats, deadline) if missing else {}
+        timed = {w: statistics.median(values) for w, values in samples.items()}
+        short = [w for w in missing if len(samples.get(w, ())) < self.repeats]
+        curve = CostCurve(self.key, {**have.ms_by_width, **timed}, have.settled)
+        why = f"the measuring ran out of its budget before widths {spans(short)}" if short else None
+        return MeasuredCurve(curve, Provenance(provisional=why))
+
+    def parse(self, data: dict) -> MeasuredCurve | None:
+        costs = {int(w): float(ms) for w, ms in data["ms_by_width"].items()}
+        costs = plausible({w: ms for w, ms in costs.items() if math.isfinite(ms)})
+        settled = data.get("settled", [])
+        settled = frozenset(w for w in settled if type(w) is int and w in costs) if isinstance(settled, list) else frozenset()
+        return MeasuredCurve(CostCurve(self.key, costs, settled)) if costs else None
+
+    def fallback(self, why: str) -> MeasuredCurve:
+        """A stand-in: `default_curve` scaled by width 1's cost (known, or one forward timed now)."""
+        have = self.merged(None).ms_by_width
+        plain = have.get(1)
+        if plain is None:
+            with torch.inference_mode():
+                plain = statistics.median(time_width_samples(self.scorer, (1,), 1, None)[1])
+        return MeasuredCurve(CostCurve(self.key, {**default_curve(self.key, plain).ms_by_width, **have}),
+                             Provenance(provisional=why))
+
+    def describe(self, result: MeasuredCurve) -> str:
+        widths = sorted(result.curve.ms_by_width)
+        line = (f"the target's forward cost at widths {spans(widths)}: {result.curve.cost(1):.1f} ms at width 1"
+                + (f", {result.curve.cost(widths[-1]):.1f} at {widths[-1]}" if len(widths) > 1 else ""))
+        return announced(line, result.provenance, "model, device, dtype and compile mode")
+
+
+def curve_for(scorer: "TargetScorer", widths: Sequence[int] | None = None, *, fresh: bool = False,
+              known: CostCurve | None = None, announce: bool = True, budget: clock.Budget | None = None) -> CostCurve:
+    """The curve for this scorer with at least `widths` (default: every width `mars profile
+    --widths` shows, or a compiled scorer's few): what `known` and the cache hold, the widths
+    missing measured (choice.py's `obtain`). `fresh` measures every width afresh, unbounded."""
+    wanted = widths or (COMPILED_WIDTHS if scorer.compiled else DEFAULT_WIDTHS)
+    if fresh:
+        measurement = CurveMeasurement(scorer, wanted, None, FRESH_REPEATS)
+        return obtain(measurement, fresh=True, budget=budget or clock.unbounded(), announce=False).curve
+    measurement = CurveMeasurement(scorer, wanted, known)
+    if known is not None and all(w in known.ms_by_width for w in measurement.wanted):
+        return known
+    return measurement.merged(obtain(measurement, budget=budget, announce=announce).curve)
+
+
+def settle(scorer: "TargetScorer", curve: CostCurve, widths: Sequence[int], budget: clock.Budget | None = None,
+           announce: bool = True) -> CostCurve:
+    """`curve` with `widths` (a close chain-or-tree call's) timed again together, SETTLE_REPEATS
+    each within the process's budget, their medians replacing the old ones, marked settled and
+    cached (provisional when the machine is busy or the budget ran out first). Nothing is measured
+    when the budget is spent."""
+    budget = budget or clock.BUDGET
+    if budget.spent:
+        return curve
+    if announce:
+        notes.note(f"the chain-or-tree choice is a close call on the measured costs; timing widths {spans(widths)} "
+                   f"again (once; at most {budget.left:.0f} s)")
+    busy = machine.busy_reason()
+    with clock.TALLY.counting(), budget.spending() as deadline, torch.inference_mode():
+        samples = time_width_samples(scorer, widths, SETTLE_REPEATS, deadline())
+    full = all(len(samples.get(w, ())) >= SETTLE_REPEATS for w in widths)
+    timed = {w: statistics.median(values) for w, values in samples.items() if values}
+    settled = curve.settled | frozenset(widths) if full else curve.settled
+    refreshed = CostCurve(curve.key, {**curve.ms_by_width, **timed}, settled)
+    why = busy or (None if full else "the settling ran out of its budget")
+    save(CurveMeasurement(scorer, widths), MeasuredCurve(refreshed, Provenance(False, why, clock.wall(), busy is not None)))
+    return refreshed
+
+
+def measure_curve(scorer: "TargetScorer", key: dict, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: int = 5,
+                  context: int = CONTEXT_TOKENS, deadline: float | None = None) -> CostCurve:
+    """Time one forward of each width through `scorer` (so a static or compiled scorer is timed
+    as it decodes) after `context` cached tokens of a fixed pseudo-text; widths interleaved,
+    stopping by `deadline` (the curve may then lack some widths). Uncached: benchmarks' use."""
+    with torch.inference_mode():
+        samples = time_width_samples(scorer, widths, repeats, deadline, context)
+    return CostCurve(key, {w: statistics.median(values) for w, values in samples.items()})
+
+
+def time_width_samples(scorer: "TargetScorer", widths: Sequence[int], repeats: int, deadline: float | None,
+                       context: int = CONTEXT_TOKENS) -> dict[int, list[float]]:
+    """Each width's forwards through `scorer` in milliseconds, after `context` cached tokens of a
+    fixed pseudo-text, widths interleaved (clock.time_interleaved)."""
+    target = scorer.target
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, target.vocab_size, (context + max(widths),), generator=generator)
+    pending = tokens[context : context + 1]
+
+    def run_width(width: int) -> None:
+        scorer.score(pending, DraftTree.chain(tokens[context + 1 : context + width]), width=width)
+        scorer.rewind(context)
+
+    device = target.device
+    synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    scorer.start(tokens[:context])
+    return clock.time_interleaved(run_width, widths, repeats, synchronize, deadline)
+
+
+def time_widths(run_width: Callable[[int], None], widths: Sequence[int], repeats: int,
+                synchronize: Callable[[], None] = lambda: None, deadline: float | None = None) -> dict[int, float]:
+    """Median milliseconds of `run_width(w)` for each width (benchmarks' harness)."""
+    samples = clock.time_interleaved(run_width, widths, repeats, synchronize, deadline)
+    return {w: statistics.median(values) for w, values in samples.items()}
+
+
+def plausible(ms_by_width: dict[int, float]) -> dict[int, float]:
+    """The widths whose cost could be a real forward's: a hand-edited or corrupted file may hold
+    well-formed nonsense (every width 1e-9 ms, or 1e9 ms), and a curve trusted as it is decides
+    every round's draft length. Kept: a plausible time (store.plausible_times), and a wider
+    forward between a tenth of and 1000 times width 1's (nothing without a plausible width 1)."""
+    plain = ms_by_width.get(1)
+    if plain is None or not store.plausible_times(plain):
+        return {}
+    return {w: ms for w, ms in ms_by_width.items()
+            if 1 <= w <= MAX_PLAUSIBLE_WIDTH and store.plausible_times(ms) and MIN_WIDTH_RATIO <= ms / plain <= MAX_WIDTH_RATIO}
+
+
+def default_curve(key: dict, plain_ms: float) -> CostCurve:
+    """A stand-in curve for a process that could not measure: each extra position costs 10% of a
+    plain forward of `plain_ms` (what float32 costs on this project's CPU, about), so chains of a
+    few tokens and no trees."""
+    return CostCurve(key, {w: plain_ms * (1 + 0.1 * (w - 1)) for w in range(1, MAX_TREE_TOKENS + 2)})
+
+
+def spans(widths: Sequence[int]) -> str:
+    """1, 2, 3, 5, 9 -> "1-3, 5, 9"."""
+    runs: list[list[int]] = []
+    for width in sorted(widths):
+        if runs and width == runs[-1][-1] + 1:
+            runs[-1].append(width)
+        else:
+            runs.append([width])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
