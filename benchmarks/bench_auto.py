@@ -1,7 +1,7 @@
 """The default `mars generate` against `mars generate --draft none`, each in the dtype of its choice.
 
 `mars eval` runs every method on one loaded target, so all of them in one dtype; but `--dtype
-auto` chooses for the way a session decodes (dtype_choice.py): a session that drafts may run in
+auto` chooses for the way a session decodes (tuning/dtype.py): a session that drafts may run in
 bfloat16 where plain decoding runs in float32. This benchmark holds one target per dtype and runs
 plain decoding and the default (the draft head, tree shape and draft length from the cost model)
 in each, methods rotating per sample (A B C D / D C B A), on the eval suites' first samples
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from mars_cli import dtype_choice
-from mars_cli.decoding.cost import _cpu_matrix_flags, _cpu_name
+from mars_cli.tuning import dtype as dtype_choice
+from mars_cli.tuning.machine import cpu_matrix_flags as _cpu_matrix_flags, cpu_name as _cpu_name
 from mars_cli.evaluation.suites import load_suite
 from mars_cli.models import load_model
 from mars_cli.options import DecodingOptions
@@ -68,7 +68,7 @@ def main() -> None:
     chosen = {}
     for kind in KINDS:  # measured on (or read for) a float32 target, as `--dtype auto` does
         choice = dtype_choice.choose(reference, speculative=kind != "plain", packed=modes[0] != "off")
-        chosen[kind] = {"dtype": choice.chosen, "cached": choice.cached, "candidates": [vars(c) for c in choice.candidates]}
+        chosen[kind] = {"dtype": choice.chosen, "cached": choice.provenance.cached, "candidates": [vars(c) for c in choice.candidates]}
     prompts = [sample.turns[0] for name in args.suites.split(",") for sample in load_suite(name, args.limit).samples]
     for session in sessions.values():  # warm-up: kernels, cost curves, the chooser's first rounds
         session.run(prompts[0])

@@ -42,7 +42,7 @@ def child(args: argparse.Namespace) -> dict:
     """One process: every measurement for one dtype, with whatever inductor cache it was given."""
     import torch
 
-    from mars_cli.decoding.cost import time_widths
+    from mars_cli.tuning.curve import time_widths
     from mars_cli.decoding.drafters import NgramDrafter, NoDrafter
     from mars_cli.decoding.loop import DecodeSettings, decode
     from mars_cli.decoding.target import STATIC_BLOCK, TargetScorer
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import transformers
 
-    from mars_cli.decoding.cost import _cpu_name
+    from mars_cli.tuning.machine import cpu_name as _cpu_name
 
     runs = []
     begin = time.perf_counter()

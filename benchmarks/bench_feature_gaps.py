@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from mars_cli.decoding.cost import _cpu_matrix_flags, _cpu_name
+from mars_cli.tuning.machine import cpu_matrix_flags as _cpu_matrix_flags, cpu_name as _cpu_name
 from mars_cli.decoding.loop import DecodeSettings, decode
 from mars_cli.decoding.stats import DecodeStats
 from mars_cli.options import DecodingOptions

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from mars_cli.decoding.cost import time_widths
+from mars_cli.tuning.curve import time_widths
 from mars_cli.decoding.drafters import NoDrafter
 from mars_cli.decoding.loop import DecodeSettings, decode
 from mars_cli.decoding.target import STATIC_BLOCK, TargetScorer

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from mars_cli.decoding.cost import machine_facts
+from mars_cli.tuning.machine import machine_facts
 from mars_cli.head.model import HeadCache
 from mars_cli.head.train import new_eagle3_head
 from mars_cli.models import load_model

@@ -4,7 +4,7 @@
     python benchmarks/bench_int8_head.py --dtype float32 --runs 3 --out benchmarks/results/int8-head-cost-f32.json
 
 The shipped head for the embedded target, both in `--dtype` (bfloat16 or float32), timed by `--int8-head auto`'s own
-measurement (mars_cli/head/int8.py: a round's drafting, 3 true pairs then 3 levels of 4, each
+measurement (mars_cli/tuning/int8.py: a round's drafting, 3 true pairs then 3 levels of 4, each
 scored, each block after a target step that evicts the head's weights; the head's own weights and
 int8 rows interleaved), `--runs` times against the head's dense linears and, in bfloat16,
 against its packed ones (what a session on a CPU that packs runs). Timings only: acceptance with int8 rows comes from
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from mars_cli import packing
-from mars_cli.decoding.cost import machine_facts
-from mars_cli.head import int8
+from mars_cli.decoding import packing
+from mars_cli.tuning import int8
+from mars_cli.tuning.machine import machine_facts
 from mars_cli.head.drafter import load_head
 from mars_cli.models import load_model
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from mars_cli.decoding.cost import machine_facts
+from mars_cli.tuning.machine import machine_facts
 from mars_cli.head.data import extract_features, read_generations
 from mars_cli.head.drafter import load_head
 from mars_cli.head.train import (HeldOut, TrainSettings, feature_layers, held_out_acceptance, held_out_divergence,

@@ -262,7 +262,7 @@ def train_head(
                           "steps or more where torch can compile: 1-3 minutes, then faster steps).")] = "auto",
 ) -> None:
     """Train an EAGLE-style draft head for a target on its own greedy answers (self-distillation)."""
-    from .head.recipe import HeadRecipe, HeadTraining, checkpoint_path
+    from .training import HeadRecipe, HeadTraining, checkpoint_path
     from .head.train import TrainSettings
     from .paths import user_head_dir
     from .render import head_table
@@ -313,6 +313,35 @@ def train_head(
         trained = training.run(destination, _reproduce_command("train-head"), resume, report, on_step)
     out.print(head_table(trained.head, trained.held, trained.answers, trained.answer_tokens))
     out.print(f"draft head written to {destination}")
+
+
+@app.command("tune")
+@decoding_flags("model", without=("device_map", "compile", "packed_weights", "dtype"))
+def tune_command(
+    *,
+    options: DecodingOptions,  # --target, --device and the trust flags, from @decoding_flags
+    as_json: Annotated[bool, typer.Option("--json", help="Print the choices as one JSON object.")] = False,
+) -> None:
+    """Measure every choice `auto` makes for the target on this machine (dtype, packed linears, cost
+    curve, int8 head), afresh and unbounded, and cache them: run it once after installing, and again
+    after the machine changes. Later runs then measure nothing."""
+    import torch
+    from rich.progress import Progress
+
+    from .render import tune_table
+    from .tuning import machine, tune
+
+    options.validate()
+    target = options.model.load(dtype=torch.float32)  # the reference every dtype is measured from
+    with Progress(console=err, transient=True, disable=as_json) as progress:
+        task = progress.add_task("tuning", total=len(tune.steps(target, options.model.allow_pickle)))
+        rows = tune.run(target, options.model.allow_pickle,
+                        lambda done, name: progress.update(task, completed=done, description=f"measuring the {name}"))
+    facts = machine.machine_facts()
+    if as_json:
+        sys.stdout.write(json.dumps({"machine": facts, "target": target.spec, "choices": rows}) + "\n")
+        return
+    out.print(tune_table(rows, facts))
 
 
 @app.command("profile")

@@ -225,11 +225,24 @@ def dtype_table(measured: dict) -> list[Table | str]:
     if measured.get("exact_kept_over"):
         lines.append(f"float32 kept, exact: {measured['exact_kept_over']} was faster, but not by "
                      f"{1 - measured['exact_preference']:.0%}")
-    if measured["unsaved"]:
-        lines.append(f"not cached ({measured['unsaved']}): --dtype auto measures again next time")
+    if measured["provisional"]:
+        lines.append(f"cached as provisional ({measured['provisional']}) in {measured['path']}: --dtype auto "
+                     "measures again once the machine is quiet")
     else:
         lines.append(f"cached for --dtype auto in {measured['path']}")
     return lines
+
+
+def tune_table(rows: list[dict], machine: dict) -> Table:
+    """`mars tune`: each measured choice, what it chose, what decided it and how long it took."""
+    table = Table(title=f"tuned for {machine['cpu']} ({' '.join(machine['flags'])}; {machine['threads']} threads, "
+                        f"torch {machine['torch']})", title_justify="left")
+    for column in ("choice", "chosen", "measured", "seconds", "entry"):
+        table.add_column(column, justify="right" if column == "seconds" else "left")
+    for row in rows:
+        chosen = row["chosen"] + (f" (provisional: {row['provisional']})" if row.get("provisional") else "")
+        table.add_row(row["what"], chosen, row["detail"], f"{row['seconds']:.1f}", row.get("entry") or "-")
+    return table
 
 
 def eval_table(scope: str, rows: list[dict]) -> Table:

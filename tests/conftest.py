@@ -118,8 +118,12 @@ def isolated_cache(tmp_path_factory, monkeypatch):
 def quiet_machine(monkeypatch):
     """Speed measurements taken on a busy machine are provisional (mars_cli/tuning/machine.py
     `busy_reason`); a test suite keeps both cores busy, so tests see a quiet machine unless one
-    patches `os.getloadavg` itself to test the busy case."""
+    patches `os.getloadavg` itself to test the busy case (the CPU-time sample of other processes
+    reads none)."""
+    from mars_cli.tuning import machine
+
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(machine, "others_load", lambda seconds=machine.SAMPLE_S: 0.0)
 
 
 @pytest.fixture(autouse=True)

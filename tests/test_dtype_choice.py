@@ -1,6 +1,8 @@
-"""`--dtype auto` by measurement (mars_cli/dtype_choice.py): the fastest usable dtype wins, an
-unusable one never does, the choice is cached by its key, a corrupt entry or a busy machine's
-measurement is measured again, explicit dtypes are never measured, `mars profile --dtypes`."""
+"""`--dtype auto` by measurement (mars_cli/tuning/dtype.py, settled by tuning/plan.py from
+ModelOptions.load): the fastest usable dtype wins, an unusable one never does, the choice is cached
+by its key, a corrupt entry is measured again, a busy machine's, unsteady or cut-short measurement
+is saved provisional (tuning/choice.py) and measured again once it is due, explicit dtypes are
+never measured, `mars profile --dtypes`."""
 
 from __future__ import annotations
 
@@ -10,10 +12,15 @@ import os
 import pytest
 import torch
 
-from mars_cli import dtype_choice, notes
+from mars_cli import notes
 from mars_cli.decoding import cost
 from mars_cli.errors import UserError
 from mars_cli.models import load_model
+from mars_cli.options import ModelOptions
+from mars_cli.tuning import choice as protocol
+from mars_cli.tuning import clock, curve, machine, store
+from mars_cli.tuning import dtype as tuning_dtype
+from mars_cli.tuning.choice import QUIET_ATTEMPTS, RETRY_AFTER_S
 
 
 @pytest.fixture(autouse=True)
@@ -33,11 +40,13 @@ def cache(tmp_path, monkeypatch):
 
 class Probe:
     """The timing probe, mocked: fixed milliseconds per step for each dtype (the blocks given,
-    repeated in turn up to the REPEATS blocks a full measurement has), calls counted. A
-    speculative session's estimate is mocked too: `per_token` where given, else half a step."""
+    repeated in turn up to the REPEATS blocks a full measurement has, or `blocks` of them: a
+    measurement the budget cut short), calls counted. A speculative session's estimate is mocked
+    too: `per_token` where given, else half a step."""
 
     def __init__(self, ms: dict[str, list[float]], per_token: dict[str, float] | None = None) -> None:
         self.ms, self.asked, self.per_token, self.estimated = ms, [], per_token or {}, []
+        self.blocks = tuning_dtype.REPEATS
 
     def estimate(self, target, name, plain_ms, fresh=False):
         self.estimated.append(name)
@@ -45,26 +54,61 @@ class Probe:
 
     def __call__(self, target, use, names, deadline=None):
         self.asked.append(list(names))
-        blocks = dtype_choice.REPEATS
-        return {name: [self.ms[name][i % len(self.ms[name])] for i in range(blocks)] for name in names}
+        return {name: [self.ms[name][i % len(self.ms[name])] for i in range(self.blocks)] for name in names}
 
 
 @pytest.fixture
 def probe(monkeypatch):
     def install(per_token: dict[str, float] | None = None, **ms: list[float]) -> Probe:
         fake = Probe(ms, per_token)
-        monkeypatch.setattr(dtype_choice, "time_steps", fake)
-        monkeypatch.setattr(dtype_choice, "speculative_cost", fake.estimate)
+        monkeypatch.setattr(tuning_dtype, "time_steps", fake)
+        monkeypatch.setattr(tuning_dtype, "speculative_cost", fake.estimate)
         return fake
     return install
 
 
+class Wall:
+    """clock.wall, driven by the test: the dates entries are written with, and their age."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def wall(monkeypatch) -> Wall:
+    fake = Wall()
+    monkeypatch.setattr(clock, "wall", fake)
+    return fake
+
+
+def load_average(monkeypatch, load: float) -> None:
+    """The load average os.getloadavg reports from now on (machine.busy_reason reads it)."""
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
+
+
+def busy_load() -> float:
+    """A load average that makes this machine busy (machine.busy_reason)."""
+    return machine.usable_cores() + 1.0
+
+
 def auto(path) -> object:
-    return load_model(str(path), device="cpu", dtype="auto")
+    """The target loaded as a session loads it under `--dtype auto` (and `--packed-weights auto`)."""
+    return ModelOptions(target=str(path), device="cpu", dtype="auto").load()
 
 
 def entries(cache) -> list:
     return sorted((cache / "dtypes").glob("*.json")) if (cache / "dtypes").is_dir() else []
+
+
+def read_entry(cache) -> dict:
+    [entry] = entries(cache)
+    return json.loads(entry.read_text())
 
 
 # ----------------------------------------------------------------------------- the fastest usable wins
@@ -108,7 +152,7 @@ def test_a_close_call_is_timed_again_and_decided_on_every_block(tiny_dir, monkey
         asked.append(list(names))
         return next(calls)
 
-    monkeypatch.setattr(dtype_choice, "time_steps", timing)
+    monkeypatch.setattr(tuning_dtype, "time_steps", timing)
     loaded = auto(tiny_dir)
     assert len(asked) == 2 and loaded.dtype_choice.chosen == "bfloat16"  # median of 96 x 5 and 80 x 5: 0.88
     bf16 = next(c for c in loaded.dtype_choice.candidates if c.dtype == "bfloat16")
@@ -116,41 +160,56 @@ def test_a_close_call_is_timed_again_and_decided_on_every_block(tiny_dir, monkey
     assert "timed twice: a close call" in capsys.readouterr().err
 
 
-def test_the_timing_budget_starts_after_the_check(tiny_dir, monkeypatch, cache):
+def test_the_budget_covers_the_check_and_a_dtype_it_left_unchecked_is_measured_again(tiny_dir, monkeypatch, cache):
     """The check's work is fixed (whole prompts through each dtype); on a CPU converting bfloat16 in
-    software it once took most of the budget, so no measurement completed there. The steps get
-    the whole budget from the check's end."""
-    clock = {"now": 1000.0}
-    monkeypatch.setattr(cost, "_now", lambda: clock["now"])
-    real_check = dtype_choice.check_usable
+    software it once took most of the budget. The measurement's deadline counts from its start,
+    check included (a one-liner never waits on tuning for long): a dtype whose check the deadline
+    cut is not used, and the measurement is provisional, measured again by the next quiet run."""
+    now = {"now": 1000.0}
+    monkeypatch.setattr(clock, "now", lambda: now["now"])
+    real_check = tuning_dtype.check_usable
+    checks = []
 
-    def slow_check(target, use, names):
-        clock["now"] += 60.0  # a check longer than the whole budget
-        return real_check(target, use, names)
+    def slow_check(target, use, names, deadline=None):
+        if not checks:
+            now["now"] += 60.0  # the first run's check: longer than the whole budget
+        checks.append(names)
+        return real_check(target, use, names, deadline)
 
     deadlines = []
 
     def time_steps(target, use, names, deadline=None):
         deadlines.append(deadline)
-        return {name: [10.0 if name == "float32" else 6.0] * dtype_choice.REPEATS for name in names}
+        return {name: [10.0 if name == "float32" else 6.0] * tuning_dtype.REPEATS for name in names}
 
-    monkeypatch.setattr(dtype_choice, "check_usable", slow_check)
-    monkeypatch.setattr(dtype_choice, "time_steps", time_steps)
-    choice = dtype_choice.choose(load_model(str(tiny_dir), device="cpu", dtype="float32"))
-    assert deadlines == [1060.0 + dtype_choice.BUDGET_S]
-    assert choice.chosen == "bfloat16" and choice.unsaved is None and entries(cache)  # complete: cached
+    monkeypatch.setattr(tuning_dtype, "check_usable", slow_check)
+    monkeypatch.setattr(tuning_dtype, "time_steps", time_steps)
+    target = load_model(str(tiny_dir), device="cpu", dtype="float32")
+    choice = tuning_dtype.choose(target)
+    assert deadlines == [1000.0 + tuning_dtype.BUDGET_S]  # from the measurement's start
+    [bf16] = [c for c in choice.candidates if c.dtype == "bfloat16"]
+    assert choice.chosen == "float32" and not bf16.usable and bf16.problem == tuning_dtype.UNCHECKED
+    assert "before timing bfloat16 fully" in choice.provenance.provisional and not choice.provenance.busy
+    assert read_entry(cache)["provisional"] == choice.provenance.provisional
+    # this process's measuring budget is spent: it measures nothing more
+    assert tuning_dtype.choose(target).provenance.cached and len(deadlines) == 1
+    monkeypatch.setattr(clock, "BUDGET", clock.Budget())  # the next run: a process of its own, on a quiet machine
+    again = tuning_dtype.choose(target)
+    assert deadlines == [1000.0 + tuning_dtype.BUDGET_S, 1060.0 + tuning_dtype.BUDGET_S]
+    assert again.chosen == "bfloat16" and again.provenance.provisional is None  # complete: settled
+    assert read_entry(cache)["provisional"] is None
 
 
 def test_the_real_probe_interleaves_dtypes_and_leaves_float32_weights(tiny_target):
     used: list[str] = []
-    with dtype_choice._Weights(tiny_target.model) as weights:
+    with tuning_dtype._Weights(tiny_target.model) as weights:
         def use(name: str) -> None:
             used.append(name)
             weights.use(name)
 
-        ms = dtype_choice.time_steps(tiny_target, use, ["float32", "bfloat16"])
+        ms = tuning_dtype.time_steps(tiny_target, use, ["float32", "bfloat16"])
     # each warmed up just before its first timed block, then A B A B ...
-    repeats = dtype_choice.REPEATS
+    repeats = tuning_dtype.REPEATS
     assert used == ["float32", "float32", "bfloat16", "bfloat16"] + ["float32", "bfloat16"] * (repeats - 1)
     assert {name: len(values) for name, values in ms.items()} == {"float32": repeats, "bfloat16": repeats}
     assert all(0 < value < 60_000 for values in ms.values() for value in values)
@@ -160,17 +219,17 @@ def test_the_real_probe_interleaves_dtypes_and_leaves_float32_weights(tiny_targe
 # ----------------------------------------------------------------------------- usability
 def test_a_dtype_with_nan_logits_is_skipped_even_if_fastest(tiny_dir, probe, monkeypatch, capsys):
     fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[1.0, 1.0, 1.0])
-    real_check = dtype_choice.check_usable
+    real_check = tuning_dtype.check_usable
 
-    def nan_in_bfloat16(target, use, names):
+    def nan_in_bfloat16(target, use, names, deadline=None):
         poison = lambda module, args, out: out * float("nan") if out.dtype == torch.bfloat16 else None  # noqa: E731
         handle = target.model.lm_head.register_forward_hook(poison)
         try:
-            return real_check(target, use, names)
+            return real_check(target, use, names, deadline)
         finally:
             handle.remove()
 
-    monkeypatch.setattr(dtype_choice, "check_usable", nan_in_bfloat16)
+    monkeypatch.setattr(tuning_dtype, "check_usable", nan_in_bfloat16)
     loaded = auto(tiny_dir)
     assert loaded.dtype == torch.float32
     assert fake.asked == [["float32"]]  # an unusable dtype is not even timed
@@ -182,13 +241,13 @@ def test_a_dtype_with_nan_logits_is_skipped_even_if_fastest(tiny_dir, probe, mon
 
 def test_a_dtype_that_disagrees_with_float32_is_skipped(tiny_dir, probe, monkeypatch):
     probe(float32=[10.0, 10.0, 10.0], bfloat16=[1.0, 1.0, 1.0])
-    real = dtype_choice._argmaxes
+    real = tuning_dtype._argmaxes
 
-    def shifted(target, use, name, prompts):
-        chosen, finite = real(target, use, name, prompts)
+    def shifted(target, use, name, prompts, deadline=None):
+        chosen, finite = real(target, use, name, prompts, deadline)
         return ([row + 1 for row in chosen] if name == "bfloat16" else chosen), finite
 
-    monkeypatch.setattr(dtype_choice, "_argmaxes", shifted)
+    monkeypatch.setattr(tuning_dtype, "_argmaxes", shifted)
     loaded = auto(tiny_dir)
     assert loaded.dtype == torch.float32
     [bf16] = [c for c in loaded.dtype_choice.candidates if c.dtype == "bfloat16"]
@@ -196,23 +255,23 @@ def test_a_dtype_that_disagrees_with_float32_is_skipped(tiny_dir, probe, monkeyp
 
 
 def test_the_check_passes_a_working_bfloat16(tiny_target):
-    with dtype_choice._Weights(tiny_target.model) as weights:
-        found = dtype_choice.check_usable(tiny_target, weights.use, ["float32", "bfloat16"])
+    with tuning_dtype._Weights(tiny_target.model) as weights:
+        found = tuning_dtype.check_usable(tiny_target, weights.use, ["float32", "bfloat16"])
     assert [c.usable for c in found] == [True, True]
-    assert found[1].agreement >= dtype_choice.MIN_AGREEMENT
+    assert found[1].agreement >= tuning_dtype.MIN_AGREEMENT
 
 
 def test_the_check_reads_whole_prompts_in_order_until_it_has_enough_positions(tiny_target, monkeypatch):
     """Three short prompts were once the whole check: 43 positions, too few to tell 88% from 95%."""
-    prompts = dtype_choice.check_prompts(tiny_target)
+    prompts = tuning_dtype.check_prompts(tiny_target)
     lengths = [row.numel() for row in prompts]
-    assert sum(lengths) >= dtype_choice.CHECK_POSITIONS  # the calibration prompts hold enough
-    assert sum(lengths[:-1]) < dtype_choice.CHECK_POSITIONS  # and no prompt past the one that reached it
-    assert max(lengths) <= dtype_choice.CHECK_TOKENS
-    texts = [json.loads(line)["prompt"] for line in dtype_choice.CALIBRATION_PROMPTS.read_text().splitlines()]
-    assert prompts[0].tolist() == list(tiny_target.tokenizer(texts[0])["input_ids"])[: dtype_choice.CHECK_TOKENS]
-    monkeypatch.setattr(dtype_choice, "CHECK_POSITIONS", 10**9)  # more than there are: every prompt, once
-    assert len(dtype_choice.check_prompts(tiny_target)) == len(texts)
+    assert sum(lengths) >= tuning_dtype.CHECK_POSITIONS  # the calibration prompts hold enough
+    assert sum(lengths[:-1]) < tuning_dtype.CHECK_POSITIONS  # and no prompt past the one that reached it
+    assert max(lengths) <= tuning_dtype.CHECK_TOKENS
+    texts = [json.loads(line)["prompt"] for line in tuning_dtype.CALIBRATION_PROMPTS.read_text().splitlines()]
+    assert prompts[0].tolist() == list(tiny_target.tokenizer(texts[0])["input_ids"])[: tuning_dtype.CHECK_TOKENS]
+    monkeypatch.setattr(tuning_dtype, "CHECK_POSITIONS", 10**9)  # more than there are: every prompt, once
+    assert len(tuning_dtype.check_prompts(tiny_target)) == len(texts)
 
 
 # ----------------------------------------------------------------------------- the cache
@@ -220,10 +279,10 @@ def test_the_cache_is_keyed(tiny_dir, tiny_draft_dir, probe, monkeypatch):
     fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
     assert auto(tiny_dir).dtype == torch.bfloat16
     again = auto(tiny_dir)
-    assert again.dtype == torch.bfloat16 and again.dtype_choice.cached and len(fake.asked) == 1
+    assert again.dtype == torch.bfloat16 and again.dtype_choice.provenance.cached and len(fake.asked) == 1
     auto(tiny_draft_dir)  # another model
     assert len(fake.asked) == 2
-    monkeypatch.setattr(cost, "_cpu_name", lambda: "another CPU")  # another machine
+    monkeypatch.setattr(machine, "cpu_name", lambda: "another CPU")  # another machine
     auto(tiny_dir)
     assert len(fake.asked) == 3
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # the same machine, oneDNN kept to AVX2
@@ -252,11 +311,14 @@ CORRUPTIONS = {
     "not the fastest": lambda data: {**data, "chosen": "float32"},
     "old schema": lambda data: {**data, "schema": 0},
     "a list": lambda data: [data],
+    "a reason that is no text": lambda data: {**data, "provisional": 5},
+    "a date that is no number": lambda data: {**data, "provisional": "busy", "measured_at": "yesterday"},
+    "busy that is no flag": lambda data: {**data, "provisional": "busy", "busy": "yes"},
 }
 
 
 @pytest.mark.parametrize("kind", sorted(CORRUPTIONS))
-def test_a_corrupt_or_stale_entry_is_measured_again(tiny_dir, probe, cache, kind):
+def test_a_corrupt_or_stale_entry_is_measured_again(tiny_dir, probe, cache, wall, kind):
     fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
     auto(tiny_dir)
     entry, data = _valid_entry(cache)
@@ -269,50 +331,102 @@ def test_a_corrupt_or_stale_entry_is_measured_again(tiny_dir, probe, cache, kind
 
 def test_an_entry_that_is_a_directory_is_measured_and_noted(tiny_dir, probe, cache, capsys):
     probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
-    key = dtype_choice.dtype_key(load_model(str(tiny_dir), device="cpu", dtype="float32").fingerprint,
+    key = tuning_dtype.dtype_key(load_model(str(tiny_dir), device="cpu", dtype="float32").fingerprint,
                                  torch.device("cpu"), packed=True)  # --packed-weights auto times packed
-    cost.cache_path(key, dtype_choice.FOLDER).mkdir(parents=True)
+    store.cache_path(key, tuning_dtype.FOLDER).mkdir(parents=True)
     loaded = auto(tiny_dir)
-    assert loaded.dtype == torch.bfloat16 and loaded.dtype_choice.unsaved == "the cache cannot be written"
+    assert loaded.dtype == torch.bfloat16
+    assert loaded.dtype_choice.provenance.provisional == "the cache cannot be written"
     err = capsys.readouterr().err
-    assert "cannot cache the dtype measurement" in err and "for this run only" in err
+    assert "cannot cache the dtype measurement" in err and "the next run measures it again" in err
 
 
 # ----------------------------------------------------------------------------- a busy machine
-def test_a_busy_machine_does_not_write_the_cache(tiny_dir, probe, monkeypatch, cache, capsys):
+def test_a_busy_machines_measurement_is_provisional_until_due_on_a_quiet_machine(tiny_dir, probe, monkeypatch,
+                                                                                 cache, capsys, wall):
+    """Measuring again on every run under load once took a one-liner 11-16 s: a busy machine's
+    measurement decides its run and is saved provisional, used as it is until RETRY_AFTER_S have
+    passed and the machine is quiet, then measured again."""
     fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
-    cores = len(os.sched_getaffinity(0))
-    monkeypatch.setattr(os, "getloadavg", lambda: (cores + 1.0, 0.0, 0.0))
+    cores = machine.usable_cores()
+    load_average(monkeypatch, busy_load())
     loaded = auto(tiny_dir)
     assert loaded.dtype == torch.bfloat16  # used for this run
-    assert entries(cache) == []
+    why = f"load average {busy_load():.1f} on {cores} cores"
+    provenance = loaded.dtype_choice.provenance
+    assert why in provenance.provisional and provenance.busy and not provenance.cached
+    data = read_entry(cache)
+    assert data["chosen"] == "bfloat16" and why in data["provisional"] and data["busy"] is True
+    assert data["measured_at"] == wall.now and data["attempts"] == 1
     line = capsys.readouterr().err.strip()
-    assert f"load average {cores + 1.0:.1f} on {cores} cores" in line and "for this run only" in line
-    assert "measured again next time" in line
-    auto(tiny_dir)
-    assert len(fake.asked) == 2
+    assert why in line and "provisional" in line and f"{RETRY_AFTER_S / 60:.0f} min have passed" in line
+    # within the interval: used as it is, busy or quiet, nothing measured
+    again = auto(tiny_dir)
+    assert again.dtype == torch.bfloat16 and again.dtype_choice.provenance.cached and len(fake.asked) == 1
+    assert why in again.dtype_choice.provenance.provisional
+    load_average(monkeypatch, 0.0)
+    wall.advance(RETRY_AFTER_S - 1)
+    assert auto(tiny_dir).dtype_choice.provenance.cached and len(fake.asked) == 1
+    # the interval has passed, but the machine is busy still: used as it is
+    wall.advance(1)
+    load_average(monkeypatch, busy_load())
+    assert auto(tiny_dir).dtype_choice.provenance.cached and len(fake.asked) == 1
+    # ... and quiet: measured again, and settled
+    load_average(monkeypatch, 0.0)
+    settled = auto(tiny_dir)
+    assert len(fake.asked) == 2 and settled.dtype == torch.bfloat16
+    assert not settled.dtype_choice.provenance.cached and settled.dtype_choice.provenance.provisional is None
+    assert read_entry(cache)["provisional"] is None
+    assert auto(tiny_dir).dtype_choice.provenance.cached and len(fake.asked) == 2  # a warm run measures nothing
 
 
-def test_unsteady_steps_are_not_cached(tiny_dir, probe, cache, capsys):
-    probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 14.0, 6.0])
+def test_unsteady_steps_are_provisional_and_measured_again_on_the_next_quiet_runs(tiny_dir, probe, cache, wall):
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 14.0, 6.0])
     loaded = auto(tiny_dir)
-    assert loaded.dtype_choice.unsaved and "varied more than 2x" in loaded.dtype_choice.unsaved
-    assert entries(cache) == []
+    provenance = loaded.dtype_choice.provenance
+    assert provenance.provisional and "varied more than 2x" in provenance.provisional and not provenance.busy
+    data = read_entry(cache)
+    assert "varied more than 2x" in data["provisional"] and data["busy"] is False and data["attempts"] == 1
+    # a quiet machine measures it again on its next runs, up to QUIET_ATTEMPTS in a row
+    for attempt in range(2, QUIET_ATTEMPTS + 1):
+        assert auto(tiny_dir).dtype_choice.provenance.cached is False
+        assert len(fake.asked) == attempt and read_entry(cache)["attempts"] == attempt
+    again = auto(tiny_dir)
+    assert again.dtype_choice.provenance.cached and len(fake.asked) == QUIET_ATTEMPTS  # then not before ...
+    wall.advance(RETRY_AFTER_S)  # ... RETRY_AFTER_S have passed
+    fake.ms["bfloat16"] = [6.0, 6.1, 5.9]  # steady now
+    settled = auto(tiny_dir)
+    assert len(fake.asked) == QUIET_ATTEMPTS + 1 and settled.dtype_choice.provenance.provisional is None
+    assert read_entry(cache)["provisional"] is None
+
+
+def test_a_measurement_cut_short_on_a_quiet_machine_is_measured_again_on_the_next_run(tiny_dir, probe, cache):
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
+    fake.blocks = 2  # the budget ran out after two blocks of each
+    loaded = auto(tiny_dir)
+    assert loaded.dtype == torch.bfloat16  # decides this run
+    provenance = loaded.dtype_choice.provenance
+    assert "ran out of its budget before timing float32 and bfloat16 fully" in provenance.provisional
+    assert not provenance.busy and read_entry(cache)["provisional"] == provenance.provisional
+    fake.blocks = tuning_dtype.REPEATS
+    again = auto(tiny_dir)
+    assert len(fake.asked) == 2 and not again.dtype_choice.provenance.cached
+    assert again.dtype_choice.provenance.provisional is None and read_entry(cache)["provisional"] is None
 
 
 def test_a_held_lock_decodes_in_float32_uncached(tiny_dir, probe, monkeypatch, cache):
     import fcntl
 
     fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
-    key = dtype_choice.dtype_key(load_model(str(tiny_dir), device="cpu", dtype="float32").fingerprint,
+    key = tuning_dtype.dtype_key(load_model(str(tiny_dir), device="cpu", dtype="float32").fingerprint,
                                  torch.device("cpu"), packed=True)  # --packed-weights auto times packed
-    lock = cost.cache_path(key, dtype_choice.FOLDER).with_suffix(".json.lock")
+    lock = store.cache_path(key, tuning_dtype.FOLDER).with_suffix(".json.lock")
     lock.parent.mkdir(parents=True)
-    monkeypatch.setattr(cost, "LOCK_WAIT_S", 0.0)
+    monkeypatch.setattr(protocol, "LOCK_WAIT_S", 0.0)
     with open(lock, "a+b") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         loaded = auto(tiny_dir)
-    assert loaded.dtype == torch.float32 and "still measuring" in loaded.dtype_choice.unsaved
+    assert loaded.dtype == torch.float32 and "still measuring" in loaded.dtype_choice.provenance.provisional
     assert fake.asked == [] and entries(cache) == []
 
 
@@ -322,9 +436,9 @@ def test_an_explicit_dtype_never_measures(tiny_dir, monkeypatch, cache, name):
     def refuse(*args, **kwargs):
         raise AssertionError("an explicit dtype was measured")
 
-    monkeypatch.setattr(dtype_choice, "time_steps", refuse)
-    monkeypatch.setattr(dtype_choice, "check_usable", refuse)
-    loaded = load_model(str(tiny_dir), device="cpu", dtype=name)
+    monkeypatch.setattr(tuning_dtype, "time_steps", refuse)
+    monkeypatch.setattr(tuning_dtype, "check_usable", refuse)
+    loaded = ModelOptions(target=str(tiny_dir), device="cpu", dtype=name).load()
     assert loaded.dtype == getattr(torch, name) and loaded.dtype_choice is None
     assert entries(cache) == []
 
@@ -332,34 +446,34 @@ def test_an_explicit_dtype_never_measures(tiny_dir, monkeypatch, cache, name):
 def test_explicit_float16_on_cpu_is_checked(tiny_dir, monkeypatch, capsys):
     from mars_cli.cli import main
 
-    monkeypatch.setattr(dtype_choice, "time_steps", Probe({}))  # never asked
-    real = dtype_choice._argmaxes
+    monkeypatch.setattr(tuning_dtype, "time_steps", Probe({}))  # never asked
+    real = tuning_dtype._argmaxes
 
-    def broken_half(target, use, name, prompts):
-        chosen, finite = real(target, use, name, prompts)
+    def broken_half(target, use, name, prompts, deadline=None):
+        chosen, finite = real(target, use, name, prompts, deadline)
         return chosen, finite and name != "float16"
 
-    monkeypatch.setattr(dtype_choice, "_argmaxes", broken_half)
+    monkeypatch.setattr(tuning_dtype, "_argmaxes", broken_half)
     code = main(["generate", "abc", "--target", str(tiny_dir), "--device", "cpu", "--dtype", "float16", "-n", "2"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("mars: error: --dtype float16 is unusable on this CPU: its logits are not finite")
 
-    def cannot(target, use, name, prompts):
+    def cannot(target, use, name, prompts, deadline=None):
         if name == "float16":
             raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'\nmore")
-        return real(target, use, name, prompts)
+        return real(target, use, name, prompts, deadline)
 
-    monkeypatch.setattr(dtype_choice, "_argmaxes", cannot)
+    monkeypatch.setattr(tuning_dtype, "_argmaxes", cannot)
     with pytest.raises(UserError, match="torch cannot run it .*not implemented for 'Half'\\)"):
-        load_model(str(tiny_dir), device="cpu", dtype="float16")
+        ModelOptions(target=str(tiny_dir), device="cpu", dtype="float16").load()
 
 
 def test_explicit_float16_that_passes_the_check_loads(tiny_dir, monkeypatch):
-    real = dtype_choice._argmaxes
-    monkeypatch.setattr(dtype_choice, "_argmaxes",
-                        lambda target, use, name, prompts: real(target, use, "float32", prompts))  # as float32's
-    loaded = load_model(str(tiny_dir), device="cpu", dtype="float16")
+    real = tuning_dtype._argmaxes
+    monkeypatch.setattr(tuning_dtype, "_argmaxes", lambda target, use, name, prompts, deadline=None: real(
+        target, use, "float32", prompts, deadline))  # as float32's
+    loaded = ModelOptions(target=str(tiny_dir), device="cpu", dtype="float16").load()
     assert loaded.dtype == torch.float16 and {p.dtype for p in loaded.model.parameters()} == {torch.float16}
 
 
@@ -397,7 +511,7 @@ def test_a_drafting_session_chooses_by_cost_per_token_a_plain_one_by_step(tiny_d
 
 def test_a_cached_speculative_entry_with_a_bad_estimate_is_measured_again(tiny_dir, probe, cache):
     fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[11.0, 11.0, 11.0], per_token={"float32": 8.0, "bfloat16": 5.0})
-    choose = lambda: dtype_choice.choose(load_model(str(tiny_dir), device="cpu", dtype="float32"), speculative=True)
+    choose = lambda: tuning_dtype.choose(load_model(str(tiny_dir), device="cpu", dtype="float32"), speculative=True)
     assert choose().chosen == "bfloat16"
     [entry] = entries(cache)
     data = json.loads(entry.read_text())
@@ -409,14 +523,14 @@ def test_a_cached_speculative_entry_with_a_bad_estimate_is_measured_again(tiny_d
 def test_the_real_estimate_measures_and_caches_that_dtypes_curve(tiny_target, cache):
     """`speculative_cost` times the target in the dtype its weights hold now, caches the curve
     under that dtype's key (the session reuses it), and leaves the target's dtype as it was."""
-    with dtype_choice._Weights(tiny_target.model) as weights:
+    with tuning_dtype._Weights(tiny_target.model) as weights:
         weights.use("bfloat16")
-        ms, shape = dtype_choice.speculative_cost(tiny_target, "bfloat16", 10.0)
+        ms, shape = tuning_dtype.speculative_cost(tiny_target, "bfloat16", 10.0)
     assert tiny_target.dtype == torch.float32
     assert 0 < ms <= 10.0 and shape is not None  # never dearer per token than the plain step given
-    key = cost.curve_key(tiny_target.fingerprint, tiny_target.device, torch.bfloat16, False, cost.CONTEXT_TOKENS)
-    curve = cost.load_cached(key)
-    assert curve is not None and set(curve.ms_by_width) == set(cost.ESTIMATE_WIDTHS)
+    key = curve.curve_key(tiny_target.fingerprint, tiny_target.device, torch.bfloat16, False, curve.CONTEXT_TOKENS)
+    data = store.read_entry(store.cache_path(key, curve.FOLDER), cost.SCHEMA, key)
+    assert data is not None and {int(width) for width in data["ms_by_width"]} == set(cost.ESTIMATE_WIDTHS)
 
 
 # ----------------------------------------------------------------------------- mars profile --dtypes
@@ -431,12 +545,13 @@ def test_profile_dtypes_shows_the_table(tiny_dir, capsys, cache):
     table = out[out.index("plain decoding step by dtype"):]
     assert "float32" in table and "bfloat16" in table and "yes (the reference)" in table
     assert out.count("← --dtype auto") == 1
-    assert ("cached for --dtype auto in" in out) == (entries(cache) != [])
-    from mars_cli import packing  # each dtype was timed as sessions run it: on packed linears where they can be
+    settled = read_entry(cache)["provisional"] is None
+    assert ("cached for --dtype auto in" in out) == settled and ("cached as provisional" in out) == (not settled)
+    from mars_cli.decoding import packing  # each dtype was timed as sessions run it: on packed linears where they can be
 
-    for dtype in (torch.float32, torch.bfloat16):
-        label = f"{str(dtype).replace('torch.', '')} (packed"
-        assert (label in table) == (packing.problem(torch.nn.Linear(8, 8).to(dtype)) is None)
+    for torch_dtype in (torch.float32, torch.bfloat16):
+        label = f"{str(torch_dtype).replace('torch.', '')} (packed"
+        assert (label in table) == (packing.problem(torch.nn.Linear(8, 8).to(torch_dtype)) is None)
 
 
 def test_profile_dtypes_json_reports_the_measurement(tiny_dir, capsys, probe):
@@ -449,7 +564,8 @@ def test_profile_dtypes_json_reports_the_measurement(tiny_dir, capsys, probe):
     assert code == 0 and report["config"]["dtype"] == "float32"  # an explicit dtype still decodes in it
     measured = report["dtypes"]
     assert measured["chosen"] == "bfloat16" and [c["dtype"] for c in measured["candidates"]] == ["float32", "bfloat16"]
-    assert measured["candidates"][1]["ms_per_step"] == 6.0 and measured["unsaved"] is None
+    assert measured["candidates"][1]["ms_per_step"] == 6.0 and measured["provisional"] is None
+    assert measured["cached"] is False  # measured afresh
 
 
 @pytest.mark.parametrize("methods, speculative", [("vanilla", False), ("vanilla,strict", True)])
@@ -467,7 +583,7 @@ def test_eval_chooses_for_drafting_when_any_method_drafts(tiny_dir, probe, capsy
 
 # ----------------------------------------------------------------------------- packed bfloat16
 def test_each_dtype_is_timed_on_packed_linears_when_asked(tiny_dir, monkeypatch, cache, capsys):
-    from mars_cli import packing
+    from mars_cli.decoding import packing
 
     # where torch or the CPU cannot pack a dtype, it is timed dense, and says so
     can_pack = packing.problem(torch.nn.Linear(8, 8).to(torch.bfloat16)) is None
@@ -478,16 +594,16 @@ def test_each_dtype_is_timed_on_packed_linears_when_asked(tiny_dir, monkeypatch,
         for name in names:
             use(name)
             seen[name] = packing.installed(target.model)
-        return {name: [10.0 if name == "float32" else 6.0] * dtype_choice.REPEATS for name in names}
+        return {name: [10.0 if name == "float32" else 6.0] * tuning_dtype.REPEATS for name in names}
 
-    monkeypatch.setattr(dtype_choice, "time_steps", time_steps)
+    monkeypatch.setattr(tuning_dtype, "time_steps", time_steps)
     target = load_model(str(tiny_dir), device="cpu", dtype="float32")
-    choice = dtype_choice.choose(target, packed=True)
+    choice = tuning_dtype.choose(target, packed=True)
     assert seen == {"float32": can_pack_float32, "bfloat16": can_pack}
     assert {c.dtype: c.packed for c in choice.candidates} == {"float32": can_pack_float32, "bfloat16": can_pack}
     assert choice.key["packed"] is True and not packing.installed(target.model)
     assert {p.dtype for p in target.model.parameters()} == {torch.float32}  # left in float32, dense
     assert ("bfloat16 (packed linears)" in capsys.readouterr().err) == can_pack
-    assert dtype_choice.choose(target, packed=True).cached  # cached under its own key
-    assert not dtype_choice.choose(target, packed=False).cached
+    assert tuning_dtype.choose(target, packed=True).provenance.cached  # cached under its own key
+    assert not tuning_dtype.choose(target, packed=False).provenance.cached
     assert seen == {"float32": False, "bfloat16": False}  # not asked: dense

@@ -505,7 +505,7 @@ def _checkpoint(path: Path, **changes) -> None:
     import torch
 
     from mars_cli.head.data import HEAD_PROMPTS
-    from mars_cli.head.recipe import HeadRecipe
+    from mars_cli.training import HeadRecipe
 
     options = HeadRecipe().resume_options(hashlib.sha256(HEAD_PROMPTS.read_bytes()).hexdigest())
     options.update(changes)

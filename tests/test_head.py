@@ -575,7 +575,7 @@ def test_distillation_lowers_the_held_out_divergence(tiny_target, tiny_data, tmp
 def test_resume_refuses_another_loss(tiny_target, tiny_data, tmp_path):
     """--loss is among the options a checkpoint records: resuming under the other one is one line."""
     from mars_cli.errors import UserError
-    from mars_cli.head.recipe import HeadRecipe
+    from mars_cli.training import HeadRecipe
 
     sequences, features = tiny_data
     soft = TrainSettings(architecture="eagle1", epochs=1, batch_size=4, vocab=30, depth=1, checkpoint_every=2)

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import LogitsProcessorList
 
-from mars_cli import packing
+from mars_cli.decoding import packing
 from mars_cli.head.data import NucleusDraw, _padded
 from mars_cli.models import load_model
 from mars_cli.prompts import encode_prompt, load_prompts

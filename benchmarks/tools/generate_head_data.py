@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from mars_cli import packing
+from mars_cli.decoding import packing
 from mars_cli.head.data import Answering, generate
 from mars_cli.models import load_model
 from mars_cli.prompts import load_prompts

@@ -43,6 +43,13 @@ class Provenance:
     measured_at: float | None = None  # clock.wall() when it was measured (or fell back)
     busy: bool = False  # the machine was busy then: measured again only after RETRY_AFTER_S
     attempts: int = 1  # measurements in a row that ended provisional on a quiet machine
+    stale: bool = False  # its figures no longer describe the machine (drift.py): none of them reused
+
+    @property
+    def reusable(self) -> bool:
+        """Whether a measurement may keep these figures and add to them (a cost curve's widths):
+        settled ones, and those cut short on a quiet machine; not busy or stale ones."""
+        return not (self.busy or self.stale)
 
 
 R = TypeVar("R")
@@ -98,12 +105,14 @@ def read(choice: MeasuredChoice[R], path: Path | None = None) -> R | None:
     try:
         result = choice.parse(data)
         provisional, at = data.get("provisional"), store.number(data.get("measured_at"))
-        busy, attempts = data.get("busy", False), int(data.get("attempts", 1))
+        busy, attempts, stale = data.get("busy", False), int(data.get("attempts", 1)), data.get("stale", False)
     except store.ENTRY_ERRORS:
         return None
-    if result is None or (provisional is not None and not isinstance(provisional, str)) or not isinstance(busy, bool):
+    if result is None or (provisional is not None and not isinstance(provisional, str)):
         return None
-    result.provenance = Provenance(True, provisional, at, busy, attempts)  # type: ignore[attr-defined]
+    if not isinstance(busy, bool) or not isinstance(stale, bool):
+        return None
+    result.provenance = Provenance(True, provisional, at, busy, attempts, stale)  # type: ignore[attr-defined]
     return result
 
 
@@ -125,7 +134,7 @@ def save(choice: MeasuredChoice[R], result: R) -> None:
     provenance: Provenance = result.provenance  # type: ignore[attr-defined]
     text = json.dumps({"schema": choice.schema, "key": choice.key, **result.fields(),  # type: ignore[attr-defined]
                        "provisional": provenance.provisional, "measured_at": provenance.measured_at,
-                       "busy": provenance.busy, "attempts": provenance.attempts}, indent=1)
+                       "busy": provenance.busy, "attempts": provenance.attempts, "stale": provenance.stale}, indent=1)
     if not store.save_or_note(choice.path, text, choice.what) and provenance.provisional is None:
         provenance.provisional = "the cache cannot be written"
 
@@ -188,8 +197,11 @@ def announced(line: str, provenance: Provenance, scope: str) -> str:
     provisional, why, and when it is measured again."""
     if provenance.provisional is None:
         return f"{line}; measured once per {scope}, then cached"
-    return (f"{line}; provisional ({provenance.provisional}): used until the machine is quiet and "
-            f"{RETRY_AFTER_S / 60:.0f} min have passed, then measured again (`mars tune` measures now)")
+    if provenance.busy or provenance.attempts >= QUIET_ATTEMPTS:
+        when = f"once the machine is quiet and {RETRY_AFTER_S / 60:.0f} min have passed"
+    else:
+        when = "on the next run on a quiet machine"
+    return f"{line}; provisional ({provenance.provisional}): measured again {when} (`mars tune` measures now)"
 
 
 def mark_provisional(path: Path, why: str) -> bool:
@@ -199,7 +211,7 @@ def mark_provisional(path: Path, why: str) -> bool:
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict) or data.get("provisional") is not None:
             return False
-        data.update(provisional=why, measured_at=clock.wall(), busy=False, attempts=1)
+        data.update(provisional=why, measured_at=clock.wall(), busy=False, attempts=1, stale=True)
         store.write_entry(path, json.dumps(data, indent=1))
     except (OSError, ValueError, TypeError, RecursionError):
         return False

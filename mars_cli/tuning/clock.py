@@ -34,34 +34,44 @@ def wall() -> float:
 
 
 class Budget:
-    """Seconds of measuring left to this process, over every measured choice it makes."""
+    """Seconds of measuring left to this process, over every measured choice it makes. A
+    measurement inside another (a dtype's cost curves) shares the outer one's deadline."""
 
     def __init__(self, seconds: float = PROCESS_BUDGET_S) -> None:
         self.left = seconds
         self._depth = 0
+        self._until: float | None = None  # the outermost measurement's deadline, while one runs
 
     @property
     def spent(self) -> bool:
-        return self.left <= 0
+        return self.left <= 0 or (self._until is not None and now() >= self._until)
 
     def deadline(self, most: float | None = None) -> float | None:
-        """The `now()` by which a measurement starting now must stop: within what is left and
-        within its own `most` seconds (None: unbounded, for `mars tune`)."""
+        """The `now()` by which a measurement starting now must stop: within what is left (and
+        within an enclosing measurement's deadline) and within its own `most` seconds (None: no
+        cap of its own). An unbounded budget (`mars tune`) caps nothing."""
+        if math.isinf(self.left):
+            return None
         seconds = self.left if most is None else min(most, self.left)
-        return None if math.isinf(seconds) else now() + max(seconds, 0.0)
+        until = now() + max(seconds, 0.0)
+        return until if self._until is None else min(until, self._until)
 
     @contextlib.contextmanager
     def spending(self) -> Iterator[Callable[[float | None], float | None]]:
         """Measure within this budget: yields `deadline`, and charges the time spent inside the
-        outermost `spending` (a dtype's measurement measures cost curves inside its own)."""
+        outermost `spending`."""
+        outermost = self._depth == 0
+        if outermost:
+            self._until = self.deadline()
         self._depth += 1
         started = now()
         try:
             yield self.deadline
         finally:
             self._depth -= 1
-            if self._depth == 0:
+            if outermost:
                 self.left -= now() - started
+                self._until = None
 
 
 BUDGET = Budget()  # this process's; `mars tune` passes an unbounded one (`unbounded`)
@@ -100,36 +110,44 @@ def time_interleaved(run: Callable[[T], None], items: Sequence[T], repeats: int,
                      prepare: Callable[[T], None] = lambda item: None) -> dict[T, list[float]]:
     """Milliseconds of each call `run(item)`, `repeats` of them per item: each item warmed up once
     just before its first timing, then items interleaved within each further repeat. With a
-    `deadline` (on `now()`), stop once it has passed and keep what was timed: the first item is
-    always timed (once, unwarmed, when the deadline has passed already), items not reached are
-    left out, and the items reached keep the repeats they got. `prepare(item)` runs before each
-    call, untimed (the int8 head's measurement evicts the head's weights there)."""
+    `deadline` (on `now()`), nothing starts that would end past it, as far as the item's last
+    call says (its warm-up, then its last timing; before its first, the longest call so far):
+    items not reached are left out, and the items
+    reached keep the repeats they got; none at all when the deadline has passed already.
+    `prepare(item)` runs before each call, untimed (the int8 head's measurement evicts the head's
+    weights there)."""
     samples: dict[T, list[float]] = {}
+    last: dict[T, float] = {}  # seconds of each item's latest call
 
-    def timed(item: T) -> None:
+    def fits(item: T) -> bool:
+        """Whether `item`'s next call would end by the deadline, going by its last call or, for
+        its first, the longest call so far (widths come in ascending order: no cheaper guess)."""
+        guess = last.get(item, max(last.values(), default=0.0))
+        return deadline is None or now() + guess < deadline
+
+    def called(item: T, timed: bool) -> None:
         prepare(item)
         synchronize()
         start = now()
         run(item)
         synchronize()
-        samples.setdefault(item, []).append((now() - start) * 1000)
-
-    def out_of_time() -> bool:
-        return deadline is not None and bool(samples) and now() >= deadline
+        last[item] = now() - start
+        if timed:
+            samples.setdefault(item, []).append(last[item] * 1000)
 
     for item in items:
-        if out_of_time():
+        if not fits(item):
             break
-        if deadline is None or now() < deadline:  # (a prefill that spent the budget warmed up the first)
-            prepare(item)
-            run(item)  # warm-up: an item's first call pays for allocation
-        timed(item)
+        called(item, timed=False)  # warm-up: an item's first call pays for allocation
+        if not fits(item):
+            break
+        called(item, timed=True)
     reached = list(samples)
     for _ in range(repeats - 1):
         for item in reached:
-            if out_of_time():
-                break
-            timed(item)
+            if not fits(item):
+                return samples
+            called(item, timed=True)
     return samples
 
 

@@ -22,7 +22,7 @@ from ..decoding.cost import COMPILED_WIDTHS, DEFAULT_WIDTHS, MAX_TREE_TOKENS, SC
 from ..decoding.packing import installed
 from ..decoding.tree import DraftTree
 from . import clock, machine, store
-from .choice import MeasuredChoice, Provenance, announced, obtain, save
+from .choice import MeasuredChoice, Provenance, announced, due, obtain, read, save
 
 if TYPE_CHECKING:
     from ..decoding.target import TargetScorer
@@ -35,6 +35,7 @@ SETTLE_REPEATS = 8  # forwards of each deciding width, interleaved, when a chain
 # a cached cost outside these is nonsense, measured again (`plausible`)
 MIN_WIDTH_RATIO, MAX_WIDTH_RATIO = 0.1, 1000.0
 MAX_PLAUSIBLE_WIDTH = 4096
+DEFAULT_PLAIN_MS = 50.0  # a stand-in curve's plain forward where nothing was timed (about this project's CPUs')
 
 
 def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, compiled: bool,
@@ -43,6 +44,13 @@ def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, 
     linears run on prepacked weights, decoding/packing.py)."""
     return {**machine.machine_key(model_fingerprint, device), "dtype": str(dtype).replace("torch.", ""),
             "compiled": compiled, "context": context, "packed": packed}
+
+
+def plain_step_ms(target) -> float | None:
+    """The plain step `--dtype auto` timed for `target`'s dtype, if it did."""
+    choice = getattr(target, "dtype_choice", None)
+    name = str(target.dtype).replace("torch.", "")
+    return next((c.ms_per_step for c in choice.candidates if c.dtype == name), None) if choice else None
 
 
 def scorer_key(scorer: "TargetScorer") -> dict:
@@ -72,6 +80,7 @@ class CurveMeasurement(MeasuredChoice[MeasuredCurve]):
                  repeats: int = FIRST_USE_REPEATS) -> None:
         self.scorer, self.wanted, self.known, self.repeats = scorer, sorted(set(wanted) | {1}), known, repeats
         self._key = scorer_key(scorer)
+        self.plain_hint = plain_step_ms(scorer.target)
         # a compiled scorer's widths are few, and each one's first forward is a compile that decoding
         # would pay anyway: no budget of its own (one cut short would leave its chain width unmeasured)
         self.budget_s = math.inf if scorer.compiled else None
@@ -90,15 +99,25 @@ class CurveMeasurement(MeasuredChoice[MeasuredCurve]):
         return all(w in self.merged(result.curve).ms_by_width for w in self.wanted)
 
     def measure(self, deadline: float | None, previous: MeasuredCurve | None = None) -> MeasuredCurve:
-        have = self.merged(previous.curve if previous else None)
+        """The widths missing timed; a previous entry's widths are kept and added to when its
+        figures may be reused (provenance.reusable), else timed again, the missing ones first, its
+        figures standing in (provisional) for those the deadline leaves untimed."""
+        reuse = previous is None or previous.provenance.reusable
+        have = self.merged(previous.curve if previous and reuse else None)
         missing = [w for w in self.wanted if w not in have.ms_by_width]
+        if not reuse:  # every wanted width this session does not know, the ones the entry lacks first
+            missing.sort(key=lambda w: w in previous.curve.ms_by_width)
         with torch.inference_mode():
             samples = time_width_samples(self.scorer, missing, self.repeats, deadline) if missing else {}
         timed = {w: statistics.median(values) for w, values in samples.items()}
         short = [w for w in missing if len(samples.get(w, ())) < self.repeats]
-        curve = CostCurve(self.key, {**have.ms_by_width, **timed}, have.settled)
-        why = f"the measuring ran out of its budget before widths {spans(short)}" if short else None
-        return MeasuredCurve(curve, Provenance(provisional=why))
+        stand_in = {} if reuse else previous.curve.ms_by_width
+        settled = have.settled if reuse else frozenset()
+        costs = {**stand_in, **have.ms_by_width, **timed}
+        why = f"the measuring ran out of its budget before timing widths {spans(short)} fully" if short else None
+        if 1 not in costs:  # not even a plain forward was timed: the stand-in, scaled by nothing known
+            return self.fallback(why or "not measured")
+        return MeasuredCurve(CostCurve(self.key, costs, settled), Provenance(provisional=why))
 
     def parse(self, data: dict) -> MeasuredCurve | None:
         costs = {int(w): float(ms) for w, ms in data["ms_by_width"].items()}
@@ -108,14 +127,14 @@ class CurveMeasurement(MeasuredChoice[MeasuredCurve]):
         return MeasuredCurve(CostCurve(self.key, costs, settled)) if costs else None
 
     def fallback(self, why: str) -> MeasuredCurve:
-        """A stand-in: `default_curve` scaled by width 1's cost (known, or one forward timed now)."""
+        """A stand-in, measuring nothing: `default_curve` at width 1's cost where this session
+        knows it, else the dtype measurement's plain step, else DEFAULT_PLAIN_MS (the chooser
+        compares costs by their ratios, and replaces them with the rounds' own times within a few
+        rounds: controller.LiveCosts)."""
         have = self.merged(None).ms_by_width
-        plain = have.get(1)
-        if plain is None:
-            with torch.inference_mode():
-                plain = statistics.median(time_width_samples(self.scorer, (1,), 1, None)[1])
+        plain = have.get(1) or self.plain_hint or DEFAULT_PLAIN_MS
         return MeasuredCurve(CostCurve(self.key, {**default_curve(self.key, plain).ms_by_width, **have}),
-                             Provenance(provisional=why))
+                             Provenance(provisional=why, stale=True))  # nothing in it measured: never reused
 
     def describe(self, result: MeasuredCurve) -> str:
         widths = sorted(result.curve.ms_by_width)
@@ -144,10 +163,12 @@ def settle(scorer: "TargetScorer", curve: CostCurve, widths: Sequence[int], budg
     """`curve` with `widths` (a close chain-or-tree call's) timed again together, SETTLE_REPEATS
     each within the process's budget, their medians replacing the old ones, marked settled and
     cached (provisional when the machine is busy or the budget ran out first). Nothing is measured
-    when the budget is spent."""
+    when the budget is spent, nor over a provisional entry that is not due (choice.due): a busy
+    machine settles nothing on every call."""
     budget = budget or clock.BUDGET
-    if budget.spent:
-        return curve
+    entry = read(CurveMeasurement(scorer, widths))
+    if budget.spent or (entry is not None and entry.provenance.provisional is not None and not due(entry)):
+        return curve  # nothing left to measure with, or a provisional curve that is not due: as it is
     if announce:
         notes.note(f"the chain-or-tree choice is a close call on the measured costs; timing widths {spans(widths)} "
                    f"again (once; at most {budget.left:.0f} s)")
@@ -178,6 +199,8 @@ def time_width_samples(scorer: "TargetScorer", widths: Sequence[int], repeats: i
     """Each width's forwards through `scorer` in milliseconds, after `context` cached tokens of a
     fixed pseudo-text, widths interleaved (clock.time_interleaved)."""
     target = scorer.target
+    if deadline is not None and clock.now() >= deadline:  # not even the prefill
+        return {}
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, target.vocab_size, (context + max(widths),), generator=generator)
     pending = tokens[context : context + 1]

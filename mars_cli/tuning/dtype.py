@@ -1,36 +1,21 @@
 """`--dtype auto`: the dtype that decodes fastest on this machine, the way the session decodes,
-measured, never read off a CPU flag.
+measured, never read off a CPU flag (these small models are bound by the bytes of weights read
+per step, which bfloat16 halves whether or not the CPU computes it natively).
 
-Which dtype decodes fastest depends on the machine more than on its instruction set: these small
-models are bound by the bytes of weights read per step, which bfloat16 halves whether or not the
-CPU computes it natively (on an AVX2-only CPU plain bfloat16 ran 1.45x faster than float32, on a
-quiet machine; with a second heavy job on its two cores, the order flipped). So on first use per
-model, device and torch version (`dtype_key`), the target, loaded in float32, is timed in each
-candidate (float32 and bfloat16; float16 too on a GPU): a short prompt prefilled, then single-token
-cached forwards through the decoding loop's own scorer, dtypes interleaved A B A B with repeats,
-median per step (`time_steps`); timed once more, the blocks pooled, when a lower precision's step
-is a close call against float32's (within clock.CLOSE_CALL of EXACT_PREFERENCE). The fastest usable
-one wins, and the choice and its measurement are cached under `<cache>/dtypes/` (choice.py's
-protocol). A float32 model is then converted in place (models.cast_parameters): loaded once.
+The target, loaded in float32, is checked (`check_usable`) and timed in each candidate (float32 and
+bfloat16; float16 too on a GPU): single-token cached forwards through the loop's own scorer after
+a prefill, dtypes interleaved, median per step (`time_steps`), timed once more on a close call. A
+session that drafts compares the candidates by the target's milliseconds per emitted token in the
+best draft shape each one's cost curve affords (`speculative_cost`): what width costs differs
+between dtypes far more than a plain step does. The fastest usable one wins, with float32 kept
+unless another is EXACT_PREFERENCE of it; the choice is cached under `<cache>/dtypes/` (choice.py's
+protocol), and the float32 model converted in place once (models.cast_parameters).
 
-A session that drafts (`speculative`) is decoded in rounds whose verification forward is wider than
-a plain step, and what width costs differs between dtypes far more than a plain step does (on an
-Intel Xeon with AMX a 17-wide forward cost 1.27x a plain step in bfloat16 and 2.2x in float32,
-while their plain steps were within noise of each other): there each usable candidate's cost curve
-is measured too (cached per dtype, as the session's own would be: curve.py), and the
-candidates are compared by the target's milliseconds per emitted token in the best draft shape
-each affords, at the default drafter's measured acceptance (`cost.speculative_estimate`). A
-session without drafting (`--draft none`) compares plain steps. The two choices are cached apart.
-
-Usable (`check_usable`): on the calibration prompts, taken in order until they hold CHECK_POSITIONS
-positions, a candidate's next-token logits at every position are finite and their argmax agrees with
-float32's at MIN_AGREEMENT of the positions or more. An explicit `--dtype float16` on a CPU takes the same check (models.py).
-
-Provisional (used, and measured again later: choice.py): a measurement started on a busy machine,
-one whose steps varied more than MAX_SPREAD times between repeats, and one cut short by the budget,
-the usability check included (a candidate not checked in time is not used). A cached entry that
-does not parse, names an unknown dtype, lacks a field or holds a time no step could take is
-measured again.
+Usable: on the calibration prompts, until they hold CHECK_POSITIONS positions, a candidate's logits
+are finite and their argmax agrees with float32's at MIN_AGREEMENT of the positions or more. An
+explicit `--dtype float16` on a CPU takes the same check. Provisional (choice.py): a measurement
+on a busy machine, one whose steps varied more than MAX_SPREAD times, one cut short (a candidate
+whose check did not finish is not used).
 """
 
 from __future__ import annotations
@@ -51,9 +36,7 @@ from ..models import DTYPES, LoadedModel, cast_parameters, kept_in_float32
 from . import clock, curve, machine, store
 from .choice import MeasuredChoice, Provenance, announced, obtain
 
-SCHEMA = 7  # 3: drafting sessions chosen for apart (the key's "decoding"); 4: bfloat16 timed packed;
-# 5: a drafting session's key holds the acceptance figures its estimate used; 6: the check's CHECK_POSITIONS;
-# 7: float32 timed packed too (the key's "packed")
+SCHEMA = 8  # 8: the choice protocol's entries (provisional, measured_at, busy, attempts)
 PLAIN, SPECULATIVE = "plain", "speculative"  # how the session decodes: what the choice compares
 FOLDER = "dtypes"  # <cache>/dtypes/<hash of the key>.json
 EXACT = "float32"  # the reference every candidate is checked against; `--dtype float32` is the exact mode
@@ -62,11 +45,8 @@ EXACT = "float32"  # the reference every candidate is checked against; `--dtype 
 # over all 48); a dtype whose arithmetic breaks (overflow to inf, NaN, underflow) agrees at few.
 # A working dtype refused costs speed only (float32 is chosen, exact): the threshold errs that way.
 MIN_AGREEMENT = 0.90
-# Positions the check reads (whole calibration prompts, in order, until this many). It read the first
-# three prompts once: 43 positions, where one flip is 2.3 points, and on an AVX2-only AMD EPYC
-# bfloat16 measured 88% there (refused) against 96.9% over all 48 prompts (909 positions), leaving
-# plain decoding 1.5x slower than it could run. At 320 a true 95% falls below 90% with odds under
-# 1 in 10,000 (binomial), for about 25 short forwards per candidate.
+# Positions the check reads (whole calibration prompts, in order, until this many): at 320 a true 95%
+# falls below 90% with odds under 1 in 10,000 (binomial), for about 25 short forwards per candidate.
 CHECK_POSITIONS = 320
 CHECK_TOKENS = 64  # each prompt truncated to this many tokens
 CALIBRATION_PROMPTS = Path(__file__).parent.parent / "data" / "calibration_prompts.jsonl"
@@ -80,10 +60,7 @@ MAX_SPREAD = 2.0  # a dtype's slowest block over its fastest beyond this: the ma
 # A lower precision is chosen only when its step is at most this fraction of float32's: within noise
 # float32, exact, stays (the chosen dtype is then within 3% of the fastest).
 EXACT_PREFERENCE = 0.97
-# a first use times steps for about this long at most (as the cost curve's does), counted from the end
-# of the check: the check's work is fixed, and bfloat16 in software spent 6 s of the budget on it
-# (wide forwards) on an AMD EPYC with AVX2 only, so that no measurement there ever completed
-BUDGET_S = 10.0
+BUDGET_S = 10.0  # at most this long (within the process's budget: clock.BUDGET)
 UNCHECKED = "its usability check did not finish within the measuring budget"
 
 

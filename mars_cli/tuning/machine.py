@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import time
 from pathlib import Path
 
 import torch
@@ -20,6 +21,11 @@ MATRIX_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_
 # environment variables that cap the instruction set oneDNN's kernels use (its old and new names)
 ONEDNN_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 LOAD_HEADROOM = 0.5  # load average above usable cores + this before measuring: the machine is busy
+# Other processes using more than this many of our cores, sampled just before measuring: busy. The
+# one-minute load average lags a job that started seconds ago, and on 2 cores two spinning processes
+# hold it at 2.0, under the rule above, while every forward of ours shares a core with one of them.
+OTHERS_BUSY = 0.5
+SAMPLE_S = 0.2  # how long the CPU times are sampled
 
 
 def machine_key(model_fingerprint: str, device: torch.device) -> dict:
@@ -87,12 +93,54 @@ def usable_cores() -> int:
 
 def busy_reason() -> str | None:
     """Why a speed measurement taken now would not be representative, or None: a load average
-    above the cores this process may use plus LOAD_HEADROOM (another job would share every step)."""
+    above the cores this process may use plus LOAD_HEADROOM, or other processes using more than
+    OTHERS_BUSY of those cores right now (`others_load`): another job would share every step."""
+    cores = usable_cores()
     try:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):  # not on this platform
-        return None
-    cores = usable_cores()
-    if load > cores + LOAD_HEADROOM:
+        load = None
+    if load is not None and load > cores + LOAD_HEADROOM:
         return f"load average {load:.1f} on {cores} cores: a busy machine"
+    others = others_load()
+    if others is not None and others > OTHERS_BUSY:
+        return f"other processes use {others:.1f} of {cores} cores: a busy machine"
     return None
+
+
+def others_load(seconds: float = SAMPLE_S) -> float | None:
+    """How many of this process's cores other processes kept busy over the next `seconds` (Linux:
+    /proc/stat less this process's own CPU time); None where that cannot be read."""
+    cpus = {f"cpu{n}" for n in _affinity()}
+    try:
+        busy_before, own_before = _busy_ticks(cpus), _own_ticks()
+        time.sleep(seconds)
+        busy_after, own_after = _busy_ticks(cpus), _own_ticks()
+    except (OSError, ValueError, IndexError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK") * seconds
+    return max(0.0, (busy_after - busy_before) - (own_after - own_before)) / ticks
+
+
+def _affinity() -> set[int]:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set(range(os.cpu_count() or 1))
+
+
+def _busy_ticks(cpus: set[str]) -> int:
+    """Clock ticks the CPUs in `cpus` spent on anything but idling and waiting for I/O."""
+    total = 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        fields = line.split()
+        if fields and fields[0] in cpus:
+            values = [int(v) for v in fields[1:9]]
+            total += sum(values) - values[3] - values[4]  # less idle and iowait
+    return total
+
+
+def _own_ticks() -> int:
+    """Clock ticks this process (all its threads) spent on the CPU."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime

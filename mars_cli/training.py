@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import check_seed, require
-from ..options import ModelOptions
-from ..prompts import load_prompts
-from . import data as head_data
-from .drafter import load_head
-from .eagle3 import Eagle3Head
-from .parts import PairHead
-from .train import ARCHITECTURES, HELD_OUT_EVERY, LOSSES, HeldOut, TrainSettings, feature_layers, load_checkpoint, train
+from .errors import check_seed, require
+from .head import data as head_data
+from .head.drafter import load_head
+from .head.eagle3 import Eagle3Head
+from .head.parts import PairHead
+from .head.train import ARCHITECTURES, HELD_OUT_EVERY, LOSSES, HeldOut, TrainSettings, feature_layers, load_checkpoint, train
+from .options import ModelOptions
+from .prompts import load_prompts
 
 Report = Callable[[str, int, int], None]  # (stage, done, total) while generating and extracting
 OnStep = Callable[[int, int, float], None]  # (step, total steps, loss) while training

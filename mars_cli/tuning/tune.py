@@ -1,0 +1,93 @@
+"""`mars tune`: every measured choice for a target (and its draft head) on this machine, at once,
+unbounded and afresh, as `llama-bench` is run once after an install.
+
+Each step is a measured choice of this layer run `fresh` (choice.py): the dtype for drafting
+sessions (with its cost curves) and for plain ones, packing in the dtype chosen, the cost curve
+at every width `--num-draft auto` and the tree shape read, and the int8 head. What they chose is
+cached as settled entries (provisional only if the machine was busy meanwhile), so the one-liners
+that follow measure nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..decoding.cost import DEFAULT_WIDTHS
+from ..decoding.packing import install, remove
+from ..decoding.target import TargetScorer
+from ..head.drafter import find_head, load_head
+from ..models import LoadedModel
+from . import clock, curve, dtype, int8, packing, store
+
+Step = Callable[[], dict]
+
+
+def steps(target: LoadedModel, allow_pickle: bool = False) -> list[tuple[str, Step]]:
+    """The measurements, in order, each returning its table row; `target` is loaded in float32 and
+    stays so until both dtype choices are measured (every candidate is measured from float32)."""
+    state: dict = {}
+
+    def dtypes(speculative: bool) -> Step:
+        def run() -> dict:
+            choice = dtype.choose(target, fresh=True, speculative=speculative, budget=clock.unbounded())
+            if speculative:
+                state["dtype"] = choice.chosen
+            timed = ", ".join(f"{c.dtype} {c.ms_per_step:.1f} ms a step"
+                              + (f", {c.ms_per_token:.1f} ms a token with {c.shape}" if c.ms_per_token else "")
+                              for c in choice.candidates if c.ms_per_step is not None)
+            return row(f"dtype ({'drafting' if speculative else 'plain'} sessions)", choice.chosen, timed,
+                       choice.provenance, store.cache_path(choice.key, dtype.FOLDER))
+        return run
+
+    def packed() -> dict:
+        dtype.convert(target, state["dtype"])
+        choice = packing.choose(target, fresh=True, budget=clock.unbounded())
+        state["packed"] = choice.packed
+        detail = (f"dense {choice.ms_dense:.0f} ms, packed {choice.ms_packed:.0f} ms a block"
+                  if choice.ms_dense is not None and choice.ms_packed is not None else choice.problem or "-")
+        return row(f"packed linears ({state['dtype']})", "yes" if choice.packed else "no", detail, choice.provenance,
+                   store.cache_path(choice.key, packing.FOLDER))
+
+    def costs() -> dict:
+        (install if state["packed"] else remove)(target.model)
+        measured = curve.curve_for(TargetScorer(target), DEFAULT_WIDTHS, fresh=True)
+        widths = sorted(measured.ms_by_width)
+        detail = ", ".join(f"{w}: {measured.ms_by_width[w] / measured.ms_by_width[1]:.2f}x" for w in widths[1::4])
+        return row("cost curve (x width 1)", f"{measured.ms_by_width[1]:.1f} ms at width 1", detail, None,
+                   store.cache_path(measured.key, curve.FOLDER))
+
+    def int8_rows() -> dict:
+        path = find_head(target.fingerprint)
+        if path is None:
+            return row("int8 head", "-", "no draft head for this target", None, None)
+        head = load_head(f"head:{path}", target, allow_pickle)
+        if state["packed"]:
+            install(head)
+        why = int8.problem(head)
+        if why is not None:
+            return row("int8 head", "no", why, None, None)
+        choice = int8.choose(head, target, fresh=True, budget=clock.unbounded())
+        detail = f"own weights {choice.ms_full:.1f} ms, int8 {choice.ms_int8:.1f} ms a round's drafting"
+        return row("int8 head", "yes" if choice.used else "no", detail, choice.provenance,
+                   store.cache_path(choice.key, int8.FOLDER))
+
+    return [("dtype for drafting sessions", dtypes(True)), ("dtype for plain sessions", dtypes(False)),
+            ("packed linears", packed), ("cost curve", costs), ("int8 head", int8_rows)]
+
+
+def row(what: str, chosen: str, detail: str, provenance, entry) -> dict:
+    return {"what": what, "chosen": chosen, "detail": detail, "seconds": 0.0, "entry": None if entry is None else str(entry),
+            "provisional": None if provenance is None else provenance.provisional}
+
+
+def run(target: LoadedModel, allow_pickle: bool = False,
+        advance: Callable[[int, str], None] = lambda done, name: None) -> list[dict]:
+    """Every step timed; `advance(steps done, the next one's name)` before each (a progress bar)."""
+    rows = []
+    for done, (name, step) in enumerate(steps(target, allow_pickle)):
+        advance(done, name)
+        started = clock.now()
+        found = step()
+        found["seconds"] = clock.now() - started
+        rows.append(found)
+    return rows
