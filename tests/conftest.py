@@ -190,3 +190,21 @@ def fresh_measuring_budget(monkeypatch):
     from mars_cli.tuning import clock
 
     monkeypatch.setattr(clock, "BUDGET", clock.Budget())
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A tuning cache of the test's own (never the developer's), notes said afresh (quiet_machine:
+    a quiet machine). tests/test_dtype_choice.py has its own, autouse."""
+    from mars_cli import notes
+
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(notes, "_SHOWN", set())
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def bf16_target(tiny_dir):
+    from mars_cli.models import load_model
+
+    return load_model(str(tiny_dir), device="cpu", dtype="bfloat16")

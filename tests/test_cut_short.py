@@ -14,13 +14,13 @@ from mars_cli.head import int8 as int8_rows
 from mars_cli.head.train import new_eagle3_head
 from mars_cli.tuning import clock, int8
 from mars_cli.models import load_model
-from mars_cli import notes
 
 MOST_READINGS = 400  # more clock readings than any of these measurements takes uncut
+JUMP_S = 30.0  # past every deadline here (set from 0, at most 12 s), yet a plausible time for one sample
 
 
 class CutClock:
-    """A millisecond more at each reading; from its `cut`-th on, 1e9 s later (every deadline, set
+    """A millisecond more at each reading; from its `cut`-th on, JUMP_S later (every deadline, set
     from 0, long past)."""
 
     def __init__(self, cut: int) -> None:
@@ -28,11 +28,19 @@ class CutClock:
 
     def __call__(self) -> float:
         self.readings += 1
-        return self.readings * 1e-3 + (0.0 if self.readings <= self.cut else 1e9)
+        return self.readings * 1e-3 + (0.0 if self.readings <= self.cut else JUMP_S)
 
     @property
     def was_cut(self) -> bool:
         return self.readings > self.cut
+
+
+def read_back(measurement, result):
+    """`result` saved as its entry and read again, as the next run would (provisional when cut)."""
+    from mars_cli.tuning import choice
+
+    choice.save(measurement, result)
+    return choice.read(measurement)
 
 
 def every_cut(monkeypatch, measure) -> list:
@@ -45,19 +53,6 @@ def every_cut(monkeypatch, measure) -> list:
         if not cut_clock.was_cut:
             return results
     raise AssertionError(f"the measurement read the clock more than {MOST_READINGS} times")
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """A cache of the test's own, notes said afresh (conftest's quiet_machine: a quiet machine)."""
-    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(notes, "_SHOWN", set())
-    return tmp_path / "cache"
-
-
-@pytest.fixture
-def bf16_target(tiny_dir):
-    return load_model(str(tiny_dir), device="cpu", dtype="bfloat16")
 
 
 @pytest.mark.skipif(int8_rows.problem(torch.nn.Linear(32, 32).to(torch.bfloat16)) is not None,
@@ -74,6 +69,10 @@ def test_the_int8_head_measurement_cut_anywhere_keeps_a_valid_choice(bf16_target
         assert choice.used == (both and choice.ms_int8 <= int8.PREFERENCE * choice.ms_full)
         assert both or choice.provenance.provisional is not None
     assert results[0].ms_full is None and not results[0].used  # cut before anything: the head's own weights
+    measurement = int8.Int8Measurement(head, bf16_target)
+    for choice in results:  # every partial entry reads back as itself: the next run does not measure again
+        again = read_back(measurement, choice)
+        assert again is not None and (again.used, again.ms_full, again.ms_int8) == (choice.used, choice.ms_full, choice.ms_int8)
     assert any(r.ms_full is not None and r.ms_int8 is None for r in results)  # cut before int8's first block
     assert results[-1].ms_int8 is not None and not int8_rows.installed(head)
 
@@ -93,6 +92,11 @@ def test_the_packing_measurement_cut_anywhere_keeps_a_valid_choice(bf16_target, 
         assert choice.packed == (both and choice.ms_packed <= packing.PREFERENCE * choice.ms_dense)
         assert both or choice.provenance.provisional is not None
     assert results[0].ms_dense is None and not results[0].packed and not installed(bf16_target.model)
+    measurement = packing.PackingMeasurement(bf16_target)
+    for choice in results:  # every partial entry reads back as itself: the next run does not measure again
+        again = read_back(measurement, choice)
+        assert again is not None and (again.packed, again.ms_dense, again.ms_packed) == (choice.packed, choice.ms_dense,
+                                                                                         choice.ms_packed)
     assert any(r.ms_dense is not None and r.ms_packed is None for r in results)  # cut before packed's first block
 
 
@@ -110,5 +114,9 @@ def test_the_dtype_measurement_cut_anywhere_keeps_a_valid_choice(tiny_dir, monke
         timed = {c.dtype for c in choice.candidates if c.ms_per_step is not None}
         assert choice.chosen in timed or choice.chosen == "float32"  # a dtype never timed is never chosen
         assert timed == set(key["candidates"]) or choice.provenance.provisional is not None
+    measurement = dtype_choice.DtypeMeasurement(target, speculative)
+    for choice in results:  # every partial entry reads back as itself: the next run does not measure again
+        again = read_back(measurement, choice)
+        assert again is not None and again.chosen == choice.chosen and again.candidates == choice.candidates
     unchecked = [r for r in results if any(c.problem == dtype_choice.UNCHECKED for c in r.candidates)]
     assert unchecked and all(r.chosen == "float32" for r in unchecked)  # cut during the usability check

@@ -15,7 +15,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mars_cli import notes
 from mars_cli.decoding.sampling import SamplingParams
 from mars_cli.decoding.tree import TreeShape
 from mars_cli.decoding.verifiers import Verifier
@@ -23,7 +22,6 @@ from mars_cli.errors import UserError
 from mars_cli.head import int8 as int8_rows
 from mars_cli.head.drafter import HeadDrafter
 from mars_cli.head.train import new_eagle3_head
-from mars_cli.models import load_model
 from mars_cli.options import DecodingOptions
 from mars_cli.session import Session
 from mars_cli.tuning import choice as measured, clock, int8, store
@@ -39,20 +37,6 @@ pytestmark = pytest.mark.skipif(int8_rows.problem(torch.nn.Linear(32, 32).to(tor
 def full_auto_int8_head():
     """Overrides conftest's fixture of this name: here `--int8-head auto` measures."""
     yield
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """A cache of the test's own (never the developer's), notes said afresh (conftest's
-    quiet_machine: a quiet machine)."""
-    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(notes, "_SHOWN", set())
-    return tmp_path / "cache"
-
-
-@pytest.fixture
-def bf16_target(tiny_dir):
-    return load_model(str(tiny_dir), device="cpu", dtype="bfloat16")
 
 
 def bf16_head(target, seed: int = 0):

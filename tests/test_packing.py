@@ -12,7 +12,6 @@ import os
 import pytest
 import torch
 
-from mars_cli import notes
 from mars_cli.decoding import packing
 from mars_cli.errors import UserError
 from mars_cli.models import load_model
@@ -30,20 +29,6 @@ pytestmark = pytest.mark.skipif(packing.problem(torch.nn.Linear(8, 8).to(torch.b
 def dense_auto_packing():
     """Overrides conftest's fixture of this name: here `--packed-weights auto` measures."""
     yield
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """A cache of the test's own (never the developer's), notes said afresh (conftest's
-    quiet_machine: a quiet machine)."""
-    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(notes, "_SHOWN", set())
-    return tmp_path / "cache"
-
-
-@pytest.fixture
-def bf16_target(tiny_dir):
-    return load_model(str(tiny_dir), device="cpu", dtype="bfloat16")
 
 
 def linears(model: torch.nn.Module) -> list[torch.nn.Linear]:

@@ -22,6 +22,8 @@ by the tuning layer (tuning/packing.py); this module only packs.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -50,17 +52,24 @@ def problem(model: torch.nn.Module) -> str | None:
     if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         return f"torch {torch.__version__} has no oneDNN packed linear product"
     layer = layers[0]
-    probe = torch.randn(PACK_ROWS, layer.in_features, generator=torch.Generator().manual_seed(0)).to(layer.weight.dtype)
+    return product_problem(layer, PACK_ROWS, lambda x: PackedForward(layer, PACK_ROWS).product(x), TOLERANCE,
+                           f"torch cannot pack {dtype_name(layer.weight.dtype)} weights on this CPU",
+                           "the packed product differs from torch's on this CPU")
+
+
+def product_problem(layer: torch.nn.Linear, rows: int, product: Callable[[torch.Tensor], torch.Tensor],
+                    tolerance: float, cannot: str, differs: str) -> str | None:
+    """Why `product` (a stand-in for `layer`'s F.linear: packed here, int8 rows in head/int8.py)
+    cannot serve on this machine, probed on `rows` seeded random rows: `cannot` (with the kernel's
+    error) when it raises, `differs` when it is off by more than `tolerance` of the output's scale."""
+    probe = torch.randn(rows, layer.in_features, generator=torch.Generator().manual_seed(0)).to(layer.weight.dtype)
     try:
         with torch.inference_mode():
-            packed = PackedForward(layer, PACK_ROWS)
-            got, expected = packed.product(probe).float(), F.linear(probe, layer.weight, layer.bias).float()
+            got, expected = product(probe).float(), F.linear(probe, layer.weight, layer.bias).float()
     except KERNEL_FAILURES as exc:
-        return f"torch cannot pack {dtype_name(layer.weight.dtype)} weights on this CPU ({first_line(exc)})"
+        return f"{cannot} ({first_line(exc)})"
     scale = float(expected.abs().max()) or 1.0
-    if not torch.allclose(got, expected, rtol=0, atol=TOLERANCE * scale):
-        return "the packed product differs from torch's on this CPU"
-    return None
+    return None if torch.allclose(got, expected, rtol=0, atol=tolerance * scale) else differs
 
 
 def dtype_name(dtype: torch.dtype) -> str:

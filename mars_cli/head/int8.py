@@ -25,7 +25,6 @@ import torch
 import torch.nn.functional as F
 
 from ..decoding import packing
-from ..errors import KERNEL_FAILURES, first_line
 
 HEAD_DTYPES = (torch.bfloat16, torch.float32)  # the heads int8 rows serve
 ACTIVATIONS = torch.bfloat16  # what the int8 product multiplies them with
@@ -64,17 +63,9 @@ def problem(head: torch.nn.Module) -> str | None:
         # rounded to int8 they would turn finite, hiding a broken head from the drafter's NaN check
         return "the draft head's weights are not all finite"
     layer = layers[0]
-    probe = torch.randn(FRONTIER, layer.in_features, generator=torch.Generator().manual_seed(0)).to(layer.weight.dtype)
-    try:
-        with torch.inference_mode():
-            got = Int8Forward(layer).product(probe).float()
-            expected = F.linear(probe, layer.weight, layer.bias).float()
-    except KERNEL_FAILURES as exc:
-        return f"torch cannot multiply by int8 weights on this CPU ({first_line(exc)})"
-    scale = float(expected.abs().max()) or 1.0
-    if not torch.allclose(got, expected, rtol=0, atol=TOLERANCE * scale):
-        return "the int8 product differs from the full-precision one on this CPU"
-    return None
+    return packing.product_problem(layer, FRONTIER, lambda x: Int8Forward(layer).product(x), TOLERANCE,
+                                   "torch cannot multiply by int8 weights on this CPU",
+                                   "the int8 product differs from the full-precision one on this CPU")
 
 
 class Int8Forward:

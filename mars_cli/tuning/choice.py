@@ -56,18 +56,16 @@ R = TypeVar("R")
 
 
 class MeasuredChoice(ABC, Generic[R]):
-    """One kind of measurement of this machine. Subclasses set the class attributes and the
-    five methods; results carry a `provenance` and a `fields()` dict for their entry."""
+    """One kind of measurement of this machine. Subclasses set the class attributes, `key` in
+    their __init__, and the four methods; results carry a `provenance` and a `fields()` dict for
+    their entry."""
 
     what: str  # "dtype measurement": in notes
     folder: str  # <cache>/<folder>/
     schema: int
     budget_s: float | None = None  # at most this long, within the process's budget
+    key: dict  # everything the answer depends on that can change between runs on one machine (set by __init__)
 
-    @property
-    @abstractmethod
-    def key(self) -> dict:
-        """Everything the answer depends on that can change between runs on one machine."""
 
     @abstractmethod
     def measure(self, deadline: float | None, previous: R | None) -> R:

@@ -79,15 +79,11 @@ class CurveMeasurement(MeasuredChoice[MeasuredCurve]):
     def __init__(self, scorer: "TargetScorer", wanted: Sequence[int], known: CostCurve | None = None,
                  repeats: int = FIRST_USE_REPEATS) -> None:
         self.scorer, self.wanted, self.known, self.repeats = scorer, sorted(set(wanted) | {1}), known, repeats
-        self._key = scorer_key(scorer)
+        self.key = scorer_key(scorer)
         self.plain_hint = plain_step_ms(scorer.target)
         # a compiled scorer's widths are few, and each one's first forward is a compile that decoding
         # would pay anyway: no budget of its own (one cut short would leave its chain width unmeasured)
         self.budget_s = math.inf if scorer.compiled else None
-
-    @property
-    def key(self) -> dict:
-        return self._key
 
     def merged(self, curve: CostCurve | None) -> CostCurve:
         """`curve` with this session's known widths on top."""

@@ -168,11 +168,7 @@ class DtypeMeasurement(MeasuredChoice[DtypeChoice]):
 
     def __init__(self, target: LoadedModel, speculative: bool = False, packed: bool = False) -> None:
         self.target = target
-        self._key = dtype_key(target.fingerprint, target.device, speculative, packed)
-
-    @property
-    def key(self) -> dict:
-        return self._key
+        self.key = dtype_key(target.fingerprint, target.device, speculative, packed)
 
     def measure(self, deadline: float | None, previous: DtypeChoice | None = None) -> DtypeChoice:
         return measure(self.target, self.key, deadline)
@@ -202,7 +198,7 @@ def _candidate(entry: dict) -> Candidate | None:
     dtype, usable, ms = entry["dtype"], entry["usable"], entry["ms_per_step"]
     if dtype not in DTYPES or not isinstance(usable, bool):
         return None
-    if usable and not store.plausible_times(ms):
+    if ms is not None and not store.plausible_times(ms):  # (a usable one cut short before its timing: None)
         return None
     problem = entry.get("problem")
     if problem is not None and not isinstance(problem, str):

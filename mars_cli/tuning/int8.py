@@ -53,11 +53,7 @@ class Int8Measurement(MeasuredChoice[Int8Choice]):
 
     def __init__(self, head: torch.nn.Module, target) -> None:
         self.head, self.target = head, target
-        self._key = int8_key(head, target)
-
-    @property
-    def key(self) -> dict:
-        return self._key
+        self.key = int8_key(head, target)
 
     def measure(self, deadline: float | None, previous: Int8Choice | None = None) -> Int8Choice:
         return measure(self.head, self.target, self.key, deadline)
@@ -66,9 +62,13 @@ class Int8Measurement(MeasuredChoice[Int8Choice]):
         used, full_ms, int8_ms = data["used"], data["ms_full"], data["ms_int8"]
         if not isinstance(used, bool):
             return None
+        if not store.plausible_times(*(ms for ms in (full_ms, int8_ms) if ms is not None)):
+            return None
         if full_ms is None or int8_ms is None:  # provisional: cut short before both were timed
-            return Int8Choice(False, None, None, None, self.key) if not used and data.get("provisional") else None
-        if not store.plausible_times(full_ms, int8_ms) or used != (int8_ms <= PREFERENCE * full_ms):
+            if used or not data.get("provisional"):
+                return None
+            return Int8Choice(False, None, store.number(full_ms), store.number(int8_ms), self.key)
+        if used != (int8_ms <= PREFERENCE * full_ms):
             return None
         return Int8Choice(used, None, float(full_ms), float(int8_ms), self.key, timed_twice=data.get("timed_twice") is True)
 

@@ -56,11 +56,7 @@ class PackingMeasurement(MeasuredChoice[PackingChoice]):
 
     def __init__(self, target) -> None:
         self.target = target
-        self._key = packing_key(target)
-
-    @property
-    def key(self) -> dict:
-        return self._key
+        self.key = packing_key(target)
 
     def measure(self, deadline: float | None, previous: PackingChoice | None = None) -> PackingChoice:
         return measure(self.target, self.key, deadline)
@@ -69,9 +65,13 @@ class PackingMeasurement(MeasuredChoice[PackingChoice]):
         packed, dense_ms, packed_ms = data["packed"], data["ms_dense"], data["ms_packed"]
         if not isinstance(packed, bool):
             return None
+        if not store.plausible_times(*(ms for ms in (dense_ms, packed_ms) if ms is not None)):
+            return None
         if dense_ms is None or packed_ms is None:  # provisional: cut short before both were timed
-            return PackingChoice(False, None, None, None, self.key) if not packed and data.get("provisional") else None
-        if not store.plausible_times(dense_ms, packed_ms) or packed != (packed_ms <= PREFERENCE * dense_ms):
+            if packed or not data.get("provisional"):
+                return None
+            return PackingChoice(False, None, store.number(dense_ms), store.number(packed_ms), self.key)
+        if packed != (packed_ms <= PREFERENCE * dense_ms):
             return None
         return PackingChoice(packed, None, float(dense_ms), float(packed_ms), self.key,
                              timed_twice=data.get("timed_twice") is True)
