@@ -216,3 +216,23 @@ def test_other_processes_on_our_cores_make_the_machine_busy(monkeypatch):
     assert "other processes use 1.0" in machine.busy_reason()
     monkeypatch.setattr(machine, "others_load", lambda seconds=machine.SAMPLE_S: 0.2)
     assert machine.busy_reason() is None
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(None, clock.LOOPS_S), ("0", 0.0), ("30", 30.0), ("inf", float("inf")),
+                                                ("-1", clock.LOOPS_S), ("nan", clock.LOOPS_S), ("ten", clock.LOOPS_S)])
+def test_the_process_budget_can_be_set_in_the_environment(monkeypatch, capsys, value, seconds):
+    monkeypatch.setattr(notes, "_SHOWN", set())
+    if value is None:
+        monkeypatch.delenv(clock.BUDGET_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(clock.BUDGET_VARIABLE, value)
+    assert clock.process_budget().left == seconds
+    said = capsys.readouterr().err
+    assert (clock.BUDGET_VARIABLE in said) == (seconds == clock.LOOPS_S and value is not None)
+
+
+def test_a_zero_budget_measures_nothing_and_falls_back(clocks, monkeypatch):
+    monkeypatch.setattr(clock, "BUDGET", clock.Budget(0.0))
+    toy = ToyMeasurement(clocks)
+    result = obtain(toy)
+    assert toy.measured == 0 and result.value == 0 and "spent" in result.provenance.provisional

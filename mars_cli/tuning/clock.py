@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import statistics
 import time
 from typing import Callable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
 PROCESS_BUDGET_S = 10.0  # all the measuring one process does unasked (`mars tune` is unbounded)
+# The timed loops get this much of it: around them a measurement converts and packs weights,
+# prefills and checks the load, which no deadline interrupts (a first call on a busy 2-core EPYC
+# spent 12.6 s in the tuning layer with its loops stopping at 10)
+LOOPS_S = 8.0
 # A verdict whose measured ratio lies this close to its line (packed against dense, bfloat16 against
 # float32) is timed once more before it is trusted, the blocks pooled: on the Intel Xeon with AMX one
 # packing measurement read 1.00 of dense where three taken minutes later read 0.76 to 0.92.
@@ -74,7 +79,29 @@ class Budget:
                 self._until = None
 
 
-BUDGET = Budget()  # this process's; `mars tune` passes an unbounded one (`unbounded`)
+BUDGET_VARIABLE = "MARS_TUNING_BUDGET_S"  # overrides LOOPS_S: 0 never measures unasked; CI may raise it
+
+
+def process_budget() -> Budget:
+    """This process's budget: LOOPS_S, or $MARS_TUNING_BUDGET_S seconds (a number >= 0; anything
+    else is said once and ignored)."""
+    from .. import notes
+
+    value = os.environ.get(BUDGET_VARIABLE)
+    if value is None:
+        return Budget(LOOPS_S)
+    try:
+        seconds = float(value)
+        if not seconds >= 0:
+            raise ValueError(value)
+    except ValueError:
+        notes.note(f"${BUDGET_VARIABLE}={value!r} is not a number of seconds >= 0; measuring within "
+                   f"{LOOPS_S:g} s", once=True)
+        return Budget(LOOPS_S)
+    return Budget(seconds)
+
+
+BUDGET = process_budget()  # this process's; `mars tune` passes an unbounded one (`unbounded`)
 
 
 class Tally:

@@ -102,10 +102,22 @@ def busy_reason() -> str | None:
         load = None
     if load is not None and load > cores + LOAD_HEADROOM:
         return f"load average {load:.1f} on {cores} cores: a busy machine"
-    others = others_load()
+    others = _recent_others_load()
     if others is not None and others > OTHERS_BUSY:
         return f"other processes use {others:.1f} of {cores} cores: a busy machine"
     return None
+
+
+_SAMPLED: list[tuple[float, object, float | None]] = []  # this process's last sample: when, by what, what
+SAMPLE_FRESH_S = 5.0  # a sample this recent answers again: one process's measurements ask in a row
+
+
+def _recent_others_load() -> float | None:
+    """`others_load()`, or the sample it gave this process in the last SAMPLE_FRESH_S seconds."""
+    if _SAMPLED and time.monotonic() - _SAMPLED[-1][0] < SAMPLE_FRESH_S and _SAMPLED[-1][1] is others_load:
+        return _SAMPLED[-1][2]
+    _SAMPLED[:] = [(time.monotonic(), others_load, others_load())]
+    return _SAMPLED[-1][2]
 
 
 def others_load(seconds: float = SAMPLE_S) -> float | None:

@@ -3,7 +3,8 @@ unbounded and afresh, as `llama-bench` is run once after an install.
 
 Each step is a measured choice of this layer run `fresh` (choice.py): the dtype for drafting
 sessions (with its cost curves) and for plain ones, packing in the dtype chosen, the cost curve
-at every width `--num-draft auto` and the tree shape read, and the int8 head. What they chose is
+at every width `--num-draft auto` and the tree shape read (a close chain-or-tree call settled, as
+a session would), and the int8 head. What they chose is
 cached as settled entries (provisional only if the machine was busy meanwhile), so the one-liners
 that follow measure nothing.
 """
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..decoding.cost import DEFAULT_WIDTHS
+from ..decoding.acceptance import EARLY_HEAD
+from ..decoding.cost import DEFAULT_WIDTHS, SHAPE_CLOSE, shape_verdict
 from ..decoding.packing import install, remove
 from ..decoding.target import TargetScorer
 from ..head.drafter import find_head, load_head
@@ -20,6 +22,7 @@ from ..models import LoadedModel
 from . import clock, curve, dtype, int8, packing, store
 
 Step = Callable[[], dict]
+SETTLINGS = 4  # close chain-or-tree calls settled in a row, at most, per drafter's figures
 
 
 def steps(target: LoadedModel, allow_pickle: bool = False) -> list[tuple[str, Step]]:
@@ -29,7 +32,7 @@ def steps(target: LoadedModel, allow_pickle: bool = False) -> list[tuple[str, St
 
     def dtypes(speculative: bool) -> Step:
         def run() -> dict:
-            choice = dtype.choose(target, fresh=True, speculative=speculative, budget=clock.unbounded())
+            choice = dtype.choose(target, fresh=True, speculative=speculative, packed=True, budget=clock.unbounded())
             if speculative:
                 state["dtype"] = choice.chosen
             timed = ", ".join(f"{c.dtype} {c.ms_per_step:.1f} ms a step"
@@ -50,7 +53,14 @@ def steps(target: LoadedModel, allow_pickle: bool = False) -> list[tuple[str, St
 
     def costs() -> dict:
         (install if state["packed"] else remove)(target.model)
-        measured = curve.curve_for(TargetScorer(target), DEFAULT_WIDTHS, fresh=True)
+        scorer = TargetScorer(target)
+        measured = curve.curve_for(scorer, DEFAULT_WIDTHS, fresh=True)
+        for figures in (dtype.default_acceptance(target.fingerprint), EARLY_HEAD):  # the head's, and other drafters'
+            for _ in range(SETTLINGS):  # settled widths may turn the call to other close ones
+                verdict = shape_verdict(measured, figures)
+                if verdict.closeness > SHAPE_CLOSE or set(verdict.deciding) <= measured.settled:
+                    break
+                measured = curve.settle(scorer, measured, verdict.deciding, clock.unbounded(), announce=False)
         widths = sorted(measured.ms_by_width)
         detail = ", ".join(f"{w}: {measured.ms_by_width[w] / measured.ms_by_width[1]:.2f}x" for w in widths[1::4])
         return row("cost curve (x width 1)", f"{measured.ms_by_width[1]:.1f} ms at width 1", detail, None,
