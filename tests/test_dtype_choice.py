@@ -17,6 +17,7 @@ from mars_cli.decoding import cost
 from mars_cli.errors import UserError
 from mars_cli.models import load_model
 from mars_cli.options import ModelOptions
+from mars_cli.tuning import weights as tuning_weights
 from mars_cli.tuning import choice as protocol
 from mars_cli.tuning import clock, curve, machine, store
 from mars_cli.tuning import dtype as tuning_dtype
@@ -42,15 +43,16 @@ class Probe:
     """The timing probe, mocked: fixed milliseconds per step for each dtype (the blocks given,
     repeated in turn up to the REPEATS blocks a full measurement has, or `blocks` of them: a
     measurement the budget cut short), calls counted. A speculative session's estimate is mocked
-    too: `per_token` where given, else half a step."""
+    too: `per_token` where given, else half a step, on a full curve unless named in `partial`."""
 
     def __init__(self, ms: dict[str, list[float]], per_token: dict[str, float] | None = None) -> None:
         self.ms, self.asked, self.per_token, self.estimated = ms, [], per_token or {}, []
         self.blocks = tuning_dtype.REPEATS
+        self.partial: set[str] = set()  # dtypes whose estimate stands on a curve cut short
 
     def estimate(self, target, name, plain_ms, fresh=False):
         self.estimated.append(name)
-        return self.per_token.get(name, self.ms[name][0] / 2), "a chain of 2"
+        return self.per_token.get(name, self.ms[name][0] / 2), "a chain of 2", name not in self.partial
 
     def __call__(self, target, use, names, deadline=None):
         self.asked.append(list(names))
@@ -207,7 +209,7 @@ def test_the_budget_covers_the_check_and_a_dtype_it_left_unchecked_is_measured_a
 
 def test_the_real_probe_interleaves_dtypes_and_leaves_float32_weights(tiny_target):
     used: list[str] = []
-    with tuning_dtype._Weights(tiny_target.model) as weights:
+    with tuning_weights.Weights(tiny_target.model) as weights:
         def use(name: str) -> None:
             used.append(name)
             weights.use(name)
@@ -260,7 +262,7 @@ def test_a_dtype_that_disagrees_with_float32_is_skipped(tiny_dir, probe, monkeyp
 
 
 def test_the_check_passes_a_working_bfloat16(tiny_target):
-    with tuning_dtype._Weights(tiny_target.model) as weights:
+    with tuning_weights.Weights(tiny_target.model) as weights:
         found = tuning_dtype.check_usable(tiny_target, weights.use, ["float32", "bfloat16"])
     assert [c.usable for c in found] == [True, True]
     assert found[1].agreement >= tuning_dtype.MIN_AGREEMENT
@@ -528,10 +530,10 @@ def test_a_cached_speculative_entry_with_a_bad_estimate_is_measured_again(tiny_d
 def test_the_real_estimate_measures_and_caches_that_dtypes_curve(tiny_target, cache):
     """`speculative_cost` times the target in the dtype its weights hold now, caches the curve
     under that dtype's key (the session reuses it), and leaves the target's dtype as it was."""
-    with tuning_dtype._Weights(tiny_target.model) as weights:
+    with tuning_weights.Weights(tiny_target.model) as weights:
         weights.use("bfloat16")
-        ms, shape = tuning_dtype.speculative_cost(tiny_target, "bfloat16", 10.0)
-    assert tiny_target.dtype == torch.float32
+        ms, shape, complete = tuning_dtype.speculative_cost(tiny_target, "bfloat16", 10.0)
+    assert tiny_target.dtype == torch.float32 and complete
     assert 0 < ms <= 10.0 and shape is not None  # never dearer per token than the plain step given
     key = curve.curve_key(tiny_target.fingerprint, tiny_target.device, torch.bfloat16, False, curve.CONTEXT_TOKENS)
     data = store.read_entry(store.cache_path(key, curve.FOLDER), cost.SCHEMA, key)
@@ -612,3 +614,16 @@ def test_each_dtype_is_timed_on_packed_linears_when_asked(tiny_dir, monkeypatch,
     assert tuning_dtype.choose(target, packed=True).provenance.cached  # cached under its own key
     assert not tuning_dtype.choose(target, packed=False).provenance.cached
     assert seen == {"float32": False, "bfloat16": False}  # not asked: dense
+
+
+def test_an_estimate_on_a_curve_cut_short_keeps_the_choice_provisional(tiny_dir, probe, cache):
+    """A drafting session's dtypes compared on curves the budget cut short (chains only, say) may
+    not be compared as a full curve would have them: the choice decides this run, provisional, and
+    the next quiet run measures again."""
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
+    fake.partial = {"bfloat16"}
+    loaded = tuning_dtype.DtypeMeasurement(load_model(str(tiny_dir), device="cpu", dtype="float32"), speculative=True)
+    first = loaded.measure(None)
+    assert first.chosen == "bfloat16" and "cost curves of bfloat16" in first.provenance.provisional
+    fake.partial = set()
+    assert loaded.measure(None).provenance.provisional is None

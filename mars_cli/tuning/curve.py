@@ -144,14 +144,22 @@ def curve_for(scorer: "TargetScorer", widths: Sequence[int] | None = None, *, fr
     """The curve for this scorer with at least `widths` (default: every width `mars profile
     --widths` shows, or a compiled scorer's few): what `known` and the cache hold, the widths
     missing measured (choice.py's `obtain`). `fresh` measures every width afresh, unbounded."""
+    return measured_curve(scorer, widths, fresh=fresh, known=known, announce=announce, budget=budget).curve
+
+
+def measured_curve(scorer: "TargetScorer", widths: Sequence[int] | None = None, *, fresh: bool = False,
+                   known: CostCurve | None = None, announce: bool = True,
+                   budget: clock.Budget | None = None) -> MeasuredCurve:
+    """`curve_for`'s curve with its provenance (provisional, or a stand-in: `stale`)."""
     wanted = widths or (COMPILED_WIDTHS if scorer.compiled else DEFAULT_WIDTHS)
     if fresh:
         measurement = CurveMeasurement(scorer, wanted, None, FRESH_REPEATS)
-        return obtain(measurement, fresh=True, budget=budget or clock.unbounded(), announce=False).curve
+        return obtain(measurement, fresh=True, budget=budget or clock.unbounded(), announce=False)
     measurement = CurveMeasurement(scorer, wanted, known)
     if known is not None and all(w in known.ms_by_width for w in measurement.wanted):
-        return known
-    return measurement.merged(obtain(measurement, budget=budget, announce=announce).curve)
+        return MeasuredCurve(known)
+    found = obtain(measurement, budget=budget, announce=announce)
+    return MeasuredCurve(measurement.merged(found.curve), found.provenance)
 
 
 def settle(scorer: "TargetScorer", curve: CostCurve, widths: Sequence[int], budget: clock.Budget | None = None,

@@ -32,22 +32,20 @@ import torch
 from ..decoding import cost
 from ..decoding.acceptance import EARLY_HEAD, DraftAcceptance
 from ..errors import KERNEL_FAILURES, UserError, first_line
-from ..models import DTYPES, LoadedModel, cast_parameters, kept_in_float32
+from ..models import DTYPES, LoadedModel
 from . import clock, curve, machine, store
 from .choice import MeasuredChoice, Provenance, announced, obtain
+from .weights import EXACT, Weights, convert  # EXACT: the reference; `--dtype float32` is the exact mode
 
 SCHEMA = 8  # 8: the choice protocol's entries (provisional, measured_at, busy, attempts)
 PLAIN, SPECULATIVE = "plain", "speculative"  # how the session decodes: what the choice compares
 FOLDER = "dtypes"  # <cache>/dtypes/<hash of the key>.json
-EXACT = "float32"  # the reference every candidate is checked against; `--dtype float32` is the exact mode
 # The check: a lower precision flips the argmax only where float32's top two logits nearly tie (on
 # smollm2-135m, bfloat16 agreed with float32 at 92-100% of positions per calibration prompt, 95-97%
 # over all 48); a dtype whose arithmetic breaks (overflow to inf, NaN, underflow) agrees at few.
 # A working dtype refused costs speed only (float32 is chosen, exact): the threshold errs that way.
 MIN_AGREEMENT = 0.90
-# Positions the check reads (whole calibration prompts, in order, until this many): at 320 a true 95%
-# falls below 90% with odds under 1 in 10,000 (binomial), for about 25 short forwards per candidate.
-CHECK_POSITIONS = 320
+CHECK_POSITIONS = 320  # positions the check reads: a true 95% falls below 90% with odds under 1 in 10,000
 CHECK_TOKENS = 64  # each prompt truncated to this many tokens
 CALIBRATION_PROMPTS = Path(__file__).parent.parent / "data" / "calibration_prompts.jsonl"
 # prefilled before the timed steps: a decoding step's context, as the cost curve's (at 16 tokens
@@ -60,7 +58,7 @@ MAX_SPREAD = 2.0  # a dtype's slowest block over its fastest beyond this: the ma
 # A lower precision is chosen only when its step is at most this fraction of float32's: within noise
 # float32, exact, stays (the chosen dtype is then within 3% of the fastest).
 EXACT_PREFERENCE = 0.97
-BUDGET_S = 10.0  # at most this long (within the process's budget: clock.BUDGET)
+BUDGET_S = 10.0  # at most this long, within the process's budget (clock.BUDGET)
 UNCHECKED = "its usability check did not finish within the measuring budget"
 
 
@@ -105,12 +103,7 @@ class Candidate:
     # speculative sessions: the target's expected milliseconds per emitted token, and in what shape
     ms_per_token: float | None = None
     shape: str | None = None
-    packed: bool = False  # timed on packed linears (mars_cli/packing.py)
-
-    @property
-    def compared(self) -> float | None:
-        """What the choice compares: the speculative estimate where there is one, else the step."""
-        return self.ms_per_token if self.ms_per_token is not None else self.ms_per_step
+    packed: bool = False  # timed on packed linears (decoding/packing.py)
 
 
 @dataclass
@@ -141,7 +134,7 @@ def fastest(found: Sequence[Candidate]) -> str:
     """The usable timed candidate with the shortest step (a speculative session: the fewest
     milliseconds per token), float32 unless another is at most EXACT_PREFERENCE of its (float32
     when nothing else was timed)."""
-    timed = {c.dtype: c.compared for c in found if c.usable and c.compared is not None}
+    timed = compared(found)
     exact = timed.get(EXACT)
     best = min(timed, key=lambda name: (timed[name], name != EXACT), default=EXACT)
     if exact is not None and best != EXACT and timed[best] > EXACT_PREFERENCE * exact:
@@ -149,11 +142,19 @@ def fastest(found: Sequence[Candidate]) -> str:
     return best
 
 
+def compared(found: Sequence[Candidate]) -> dict[str, float]:
+    """What each usable timed candidate is compared by: its milliseconds per token where every one
+    has an estimate, else its step (a step is never weighed against another's per-token estimate)."""
+    timed = [c for c in found if c.usable and c.ms_per_step is not None]
+    estimated = all(c.ms_per_token is not None for c in timed)
+    return {c.dtype: c.ms_per_token if estimated else c.ms_per_step for c in timed}  # type: ignore[misc]
+
+
 def exact_kept(choice: DtypeChoice) -> str | None:
     """The usable dtype that stepped faster than float32 but not by enough to be chosen, if any."""
     if choice.chosen != EXACT:
         return None
-    timed = {c.dtype: c.compared for c in choice.candidates if c.usable and c.compared is not None}
+    timed = compared(choice.candidates)
     faster = [name for name in timed if name != EXACT and EXACT in timed and timed[name] < timed[EXACT]]
     return min(faster, key=timed.__getitem__) if faster else None
 
@@ -239,9 +240,9 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> Dt
         if switch is not None and switch.set(True):
             packed.add(name)
 
-    with _Weights(target.model) as weights:
+    with Weights(target.model) as weights:
         try:
-            found = _measured(target, key, use, names, deadline)
+            found, partial = _measured(target, key, use, names, deadline)
         finally:
             if switch is not None:
                 switch.set(False)
@@ -255,13 +256,15 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> Dt
         provisional = f"{' and '.join(unsteady)} steps varied more than {MAX_SPREAD:g}x between repeats: a busy machine"
     elif short:
         provisional = f"the measuring ran out of its budget before timing {' and '.join(short)} fully"
+    elif partial:  # an estimate on some widths only may prefer chains a full curve would not
+        provisional = f"the measuring ran out of its budget before the cost curves of {' and '.join(partial)}"
     return DtypeChoice(key, fastest(found), found, Provenance(provisional=provisional))
 
 
 def _measured(target: LoadedModel, key: dict, use: Callable[[str], None], names: Sequence[str],
-              deadline: float | None) -> list[Candidate]:
+              deadline: float | None) -> tuple[list[Candidate], list[str]]:
     """Each candidate checked, timed and (a speculative session) estimated, with `use` switching,
-    all by `deadline`."""
+    all by `deadline`; and the candidates whose estimate stood on a curve cut short."""
     found = check_usable(target, use, names, deadline)
     usable = [c.dtype for c in found if c.usable]
     samples = time_steps(target, use, usable, deadline)
@@ -273,13 +276,15 @@ def _measured(target: LoadedModel, key: dict, use: Callable[[str], None], names:
             candidate.ms_per_step = statistics.median(times)
             candidate.spread = max(times) / min(times) if min(times) > 0 else math.inf
             candidate.repeats = len(times)
+    partial = []
     if key.get("decoding") == SPECULATIVE:
         for candidate in found:
             if candidate.ms_per_step is not None:
                 use(candidate.dtype)  # its curve is measured as the session would run it
-                candidate.ms_per_token, candidate.shape = speculative_cost(
+                candidate.ms_per_token, candidate.shape, complete = speculative_cost(
                     target, candidate.dtype, candidate.ms_per_step, fresh=deadline is None)
-    return found
+                partial += [] if complete else [candidate.dtype]
+    return found, partial
 
 
 def _close_call(samples: dict[str, list[float]]) -> bool:
@@ -320,25 +325,27 @@ def _label(candidate: Candidate) -> str:
 
 
 def speculative_cost(target: LoadedModel, name: str, plain_ms: float,
-                     fresh: bool = False) -> tuple[float | None, str | None]:
+                     fresh: bool = False) -> tuple[float | None, str | None, bool]:
     """(the target's milliseconds per emitted token, the shape) in dtype `name`, whose weights
     `target` holds now, from its cost curve (the cached one, or measured now within what is left
     of the budget and cached, as a session's own; `fresh`: measured afresh) taken relative to its
     own width-1 cost and scaled by `plain_ms`, the step timed interleaved with the other dtypes'
-    (curves measured one after the other would carry the machine's drift between them); (None,
-    None) when the curve could not be had."""
+    (curves measured one after the other would carry the machine's drift between them), and
+    whether the curve held every width the estimate reads; (None, None, False) without one."""
     from ..decoding.target import TargetScorer
 
     loaded_as = target.dtype
     target.dtype = DTYPES[name]  # the curve's key, and the attention masks' dtype
     try:
-        measured = curve.curve_for(TargetScorer(target), cost.ESTIMATE_WIDTHS, fresh=fresh, announce=False)
+        found = curve.measured_curve(TargetScorer(target), cost.ESTIMATE_WIDTHS, fresh=fresh, announce=False)
     finally:
         target.dtype = loaded_as
-    if 1 not in measured.ms_by_width:
-        return None, None
+    measured, stand_in = found.curve, found.provenance.stale  # a stand-in's widths are no measurement
+    if 1 not in measured.ms_by_width or stand_in:
+        return None, None, False
     ms, shape = cost.speculative_estimate(measured, default_acceptance(target.fingerprint))
-    return plain_ms * ms / measured.ms_by_width[1], shape
+    complete = found.provenance.provisional is None and all(w in measured.ms_by_width for w in cost.ESTIMATE_WIDTHS)
+    return plain_ms * ms / measured.ms_by_width[1], shape, complete
 
 
 # --------------------------------------------------------------------------- the check
@@ -410,7 +417,7 @@ def _argmaxes(target: LoadedModel, use: Callable[[str], None], name: str, prompt
 def require_usable(target: LoadedModel, name: str, flag: str) -> None:
     """An explicit dtype that needs the check (float16 on a CPU, loaded in float32): UserError
     unless it passes; converted to it when it does."""
-    with _Weights(target.model) as weights:
+    with Weights(target.model) as weights:
         verdict = check_usable(target, weights.use, [name])[0]
     if not verdict.usable:
         raise UserError(f"{flag} {name} is unusable on this {target.device.type.upper()}: {verdict.problem}; use "
@@ -456,41 +463,3 @@ def time_steps(target: LoadedModel, use: Callable[[str], None], names: Sequence[
     with torch.inference_mode():
         blocks = clock.time_interleaved(run, list(names), REPEATS, synchronize, deadline)
     return {name: [ms / STEPS for ms in times] for name, times in blocks.items()}
-
-
-# --------------------------------------------------------------------------- weights
-def convert(target: LoadedModel, name: str) -> None:
-    """`target`'s weights in dtype `name` from now on (in place: loaded once)."""
-    if DTYPES[name] != target.dtype:
-        cast_parameters(target.model, DTYPES[name])
-        target.dtype = DTYPES[name]
-
-
-class _Weights:
-    """The model's parameters in each dtype tried, switched in place by `use(name)` (one model,
-    one converted copy of its weights per dtype, made on first use); float32 again on exit."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self.parameters = [(name, p) for name, p in model.named_parameters() if p.is_floating_point()]
-        self.copies: dict[str, list[torch.Tensor]] = {EXACT: [p.data for _, p in self.parameters]}
-        self.current = EXACT
-
-    def use(self, name: str) -> None:
-        if name == self.current:
-            return
-        if name not in self.copies:
-            dtype, kept = DTYPES[name], kept_in_float32(self.model, DTYPES[name])
-            with torch.no_grad():
-                self.copies[name] = [data if kept(label) else data.to(dtype)
-                                     for (label, _), data in zip(self.parameters, self.copies[EXACT])]
-        for (_, parameter), data in zip(self.parameters, self.copies[name]):
-            parameter.data = data
-        self.current = name
-
-    def __enter__(self) -> "_Weights":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.use(EXACT)
-        self.copies = {EXACT: self.copies[EXACT]}

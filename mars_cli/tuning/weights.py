@@ -1,0 +1,47 @@
+"""A model's weights in another dtype, in place: converted for good (`convert`), or switched
+between dtypes for a measurement (`Weights`), one copy per dtype, never loaded twice."""
+
+from __future__ import annotations
+
+import torch
+
+from ..models import DTYPES, LoadedModel, cast_parameters, kept_in_float32
+
+EXACT = "float32"  # the dtype models are loaded in for measuring, and switched back to
+
+
+def convert(target: LoadedModel, name: str) -> None:
+    """`target`'s weights in dtype `name` from now on (in place: loaded once)."""
+    if DTYPES[name] != target.dtype:
+        cast_parameters(target.model, DTYPES[name])
+        target.dtype = DTYPES[name]
+
+
+class Weights:
+    """The model's parameters in each dtype tried, switched in place by `use(name)` (one model,
+    one converted copy of its weights per dtype, made on first use); float32 again on exit."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.parameters = [(name, p) for name, p in model.named_parameters() if p.is_floating_point()]
+        self.copies: dict[str, list[torch.Tensor]] = {EXACT: [p.data for _, p in self.parameters]}
+        self.current = EXACT
+
+    def use(self, name: str) -> None:
+        if name == self.current:
+            return
+        if name not in self.copies:
+            dtype, kept = DTYPES[name], kept_in_float32(self.model, DTYPES[name])
+            with torch.no_grad():
+                self.copies[name] = [data if kept(label) else data.to(dtype)
+                                     for (label, _), data in zip(self.parameters, self.copies[EXACT])]
+        for (_, parameter), data in zip(self.parameters, self.copies[name]):
+            parameter.data = data
+        self.current = name
+
+    def __enter__(self) -> "Weights":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.use(EXACT)
+        self.copies = {EXACT: self.copies[EXACT]}
