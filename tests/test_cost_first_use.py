@@ -467,3 +467,28 @@ def test_a_settling_cut_short_is_provisional(clock, monkeypatch):
     cached = _entry(scorer, (1, 5, 9))
     assert cached.curve.settled == frozenset() and cached.curve.ms_by_width == partial.ms_by_width
     assert cached.provenance.provisional == "the settling ran out of its budget"
+
+
+def test_a_stand_in_that_a_later_run_times_only_in_part_is_never_settled(clock, monkeypatch):
+    """A stand-in curve (nothing timed) measured again with too little budget keeps the figures it
+    did not time as stand-ins: the entry stays unreusable, and a run with budget enough times
+    every width again before the curve is settled (its stand-in figures never settle as measured)."""
+    from mars_cli.tuning import choice
+
+    monkeypatch.setattr(tuning_clock, "BUDGET", tuning_clock.Budget(0.0))  # the first: nothing at all
+    first = tuning_curve.measured_curve(FakeScorer(clock), (1, 9, 17))
+    assert first.provenance.stale and first.provenance.provisional
+    monkeypatch.setattr(tuning_clock, "BUDGET", tuning_clock.Budget(3.0))  # the next: width 1 and a little
+    partly = FakeScorer(clock)
+    second = tuning_curve.measured_curve(partly, (1, 9, 17))
+    assert partly.forwards and second.provenance.stale and second.provenance.provisional
+    plain = second.curve.ms_by_width[1]  # timed now: the stand-in's wanted widths scaled to it, the rest dropped
+    assert set(second.curve.ms_by_width) == {1, 9, 17} and 17 not in partly.forwards
+    assert second.curve.ms_by_width[17] == pytest.approx(tuning_curve.default_curve({}, plain).ms_by_width[17])
+    entry = choice.read(tuning_curve.CurveMeasurement(partly, (1, 9, 17)))
+    assert entry.provenance.stale and not entry.provenance.reusable
+    monkeypatch.setattr(tuning_clock, "BUDGET", tuning_clock.Budget())
+    full = FakeScorer(clock, seconds=lambda width: 0.1)
+    third = tuning_curve.measured_curve(full, (1, 9, 17))
+    assert {1, 9, 17} <= set(full.forwards) and third.provenance.provisional is None
+    assert set(third.curve.ms_by_width) == {1, 9, 17}  # the stand-in's other widths are gone

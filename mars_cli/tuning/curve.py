@@ -108,12 +108,17 @@ class CurveMeasurement(MeasuredChoice[MeasuredCurve]):
         timed = {w: statistics.median(values) for w, values in samples.items()}
         short = [w for w in missing if len(samples.get(w, ())) < self.repeats]
         stand_in = {} if reuse else previous.curve.ms_by_width
+        if not reuse and previous.provenance.stale:  # a stand-in's: only where a wanted width is untimed,
+            plain = timed.get(1, stand_in.get(1, DEFAULT_PLAIN_MS))  # rescaled to what was timed
+            stand_in = {w: ms for w, ms in default_curve(self.key, plain).ms_by_width.items() if w in self.wanted}
         settled = have.settled if reuse else frozenset()
         costs = {**stand_in, **have.ms_by_width, **timed}
         why = f"the measuring ran out of its budget before timing widths {spans(short)} fully" if short else None
         if 1 not in costs:  # not even a plain forward was timed: the stand-in, scaled by nothing known
             return self.fallback(why or "not measured")
-        return MeasuredCurve(CostCurve(self.key, costs, settled), Provenance(provisional=why))
+        # figures of the previous entry that were not timed again stand in, and stay unreusable
+        stale = any(w not in timed and w not in have.ms_by_width for w in stand_in)
+        return MeasuredCurve(CostCurve(self.key, costs, settled), Provenance(provisional=why, stale=stale))
 
     def parse(self, data: dict) -> MeasuredCurve | None:
         costs = {int(w): float(ms) for w, ms in data["ms_by_width"].items()}
