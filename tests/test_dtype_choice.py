@@ -626,4 +626,9 @@ def test_an_estimate_on_a_curve_cut_short_keeps_the_choice_provisional(tiny_dir,
     first = loaded.measure(None)
     assert first.chosen == "bfloat16" and "cost curves of bfloat16" in first.provenance.provisional
     fake.partial = set()
-    assert loaded.measure(None).provenance.provisional is None
+    again = loaded.measure(None, first)  # the next run: its checks and steps stand, the curves go on
+    assert again.provenance.provisional is None and len(fake.asked) == 1 and fake.estimated == ["bfloat16", "float32"] * 2
+    assert [c.ms_per_step for c in again.candidates] == [c.ms_per_step for c in first.candidates]
+    first.provenance.busy = True  # measured on a busy machine: nothing of it stands
+    loaded.measure(None, first)
+    assert len(fake.asked) == 2

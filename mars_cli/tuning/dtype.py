@@ -20,6 +20,7 @@ whose check did not finish is not used).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -172,7 +173,7 @@ class DtypeMeasurement(MeasuredChoice[DtypeChoice]):
         self.key = dtype_key(target.fingerprint, target.device, speculative, packed)
 
     def measure(self, deadline: float | None, previous: DtypeChoice | None = None) -> DtypeChoice:
-        return measure(self.target, self.key, deadline)
+        return measure(self.target, self.key, deadline, previous)
 
     def parse(self, data: dict) -> DtypeChoice | None:
         """Every candidate named once with its fields, a plausible step time for each usable one,
@@ -224,9 +225,11 @@ def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = Fals
     return obtain(DtypeMeasurement(target, speculative, packed), fresh=fresh, budget=budget, announce=not fresh)
 
 
-def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> DtypeChoice:
+def measure(target: LoadedModel, key: dict, deadline: float | None = None,
+            previous: DtypeChoice | None = None) -> DtypeChoice:
     """Check and time each candidate on `target` (loaded in float32; left in float32), stopping by
-    `deadline` (clock.now(); None: unbounded)."""
+    `deadline` (clock.now(); None: unbounded). `previous`: an entry whose checks and steps were
+    complete on a quiet machine, only its cost curves cut short: those go on, the rest is kept."""
     from ..decoding.packing import Switch
 
     names = list(key["candidates"])
@@ -242,7 +245,7 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> Dt
 
     with Weights(target.model) as weights:
         try:
-            found, partial = _measured(target, key, use, names, deadline)
+            found, partial = _measured(target, key, use, names, deadline, _resumable(previous))
         finally:
             if switch is not None:
                 switch.set(False)
@@ -261,10 +264,35 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None) -> Dt
     return DtypeChoice(key, fastest(found), found, Provenance(provisional=provisional))
 
 
+def _resumable(previous: DtypeChoice | None) -> list[Candidate] | None:
+    """`previous`'s candidates when its checks and steps may stand (quiet, steady, complete), so
+    that a measurement cut short in its cost curves goes on from there; else None."""
+    if previous is None or not previous.provenance.reusable:
+        return None
+    done = all(c.problem != UNCHECKED and (not c.usable or c.repeats >= REPEATS) and (c.spread or 0) <= MAX_SPREAD
+               for c in previous.candidates)
+    return [dataclasses.replace(c, ms_per_token=None, shape=None) for c in previous.candidates] if done else None
+
+
 def _measured(target: LoadedModel, key: dict, use: Callable[[str], None], names: Sequence[str],
-              deadline: float | None) -> tuple[list[Candidate], list[str]]:
+              deadline: float | None, kept: list[Candidate] | None = None) -> tuple[list[Candidate], list[str]]:
     """Each candidate checked, timed and (a speculative session) estimated, with `use` switching,
-    all by `deadline`; and the candidates whose estimate stood on a curve cut short."""
+    all by `deadline` (`kept`: checked and timed already); and the candidates whose estimate stood
+    on a curve cut short."""
+    found = kept if kept is not None else _checked_and_timed(target, use, names, deadline)
+    partial = []
+    if key.get("decoding") == SPECULATIVE:  # the fastest step's curve first: the likeliest choice's
+        for candidate in sorted(found, key=lambda c: c.ms_per_step or math.inf):
+            if candidate.ms_per_step is not None:
+                use(candidate.dtype)  # its curve is measured as the session would run it
+                candidate.ms_per_token, candidate.shape, complete = speculative_cost(
+                    target, candidate.dtype, candidate.ms_per_step, fresh=deadline is None)
+                partial += [] if complete else [candidate.dtype]
+    return found, partial
+
+
+def _checked_and_timed(target: LoadedModel, use: Callable[[str], None], names: Sequence[str],
+                       deadline: float | None) -> list[Candidate]:
     found = check_usable(target, use, names, deadline)
     usable = [c.dtype for c in found if c.usable]
     samples = time_steps(target, use, usable, deadline)
@@ -276,15 +304,7 @@ def _measured(target: LoadedModel, key: dict, use: Callable[[str], None], names:
             candidate.ms_per_step = statistics.median(times)
             candidate.spread = max(times) / min(times) if min(times) > 0 else math.inf
             candidate.repeats = len(times)
-    partial = []
-    if key.get("decoding") == SPECULATIVE:
-        for candidate in found:
-            if candidate.ms_per_step is not None:
-                use(candidate.dtype)  # its curve is measured as the session would run it
-                candidate.ms_per_token, candidate.shape, complete = speculative_cost(
-                    target, candidate.dtype, candidate.ms_per_step, fresh=deadline is None)
-                partial += [] if complete else [candidate.dtype]
-    return found, partial
+    return found
 
 
 def _close_call(samples: dict[str, list[float]]) -> bool:
