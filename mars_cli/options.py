@@ -43,7 +43,7 @@ class ModelOptions:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     compile: str = "auto"  # static cache + compiled forwards: auto, on or off (decoding/target.py)
-    packed_weights: str = "auto"  # bfloat16 and float32 linears on prepacked weights: auto, on or off (packing.py)
+    packed_weights: str = "auto"  # bfloat16 and float32 linears on prepacked weights: auto, on or off (decoding/packing.py; auto: tuning/packing.py)
 
     def load(self, spec: str | None = None, *, dtype: torch.dtype | None = None,
              measure_dtypes: bool = False, speculative: bool = False) -> LoadedModel:
@@ -79,7 +79,7 @@ class DraftOptions:
     head_confidence: float = DEFAULT_HEAD_CONFIDENCE  # draft head: stop drafting below this
     draft_topk: int | str = AUTO  # children per tree node (1: a chain), or "auto" (decoding/cost.py)
     draft_tokens: int | str = AUTO  # nodes per tree, or "auto"
-    int8_head: str = "auto"  # the draft head's linears on int8 weights: auto, on or off (head/int8.py)
+    int8_head: str = "auto"  # the draft head's linears on int8 weights: auto, on or off (head/int8.py; auto: tuning/int8.py)
     draft_lookup: str = "on"  # draft head trees: prompt lookup's continuation grafted on as one more branch
 
     def __post_init__(self) -> None:

@@ -46,7 +46,7 @@ class Session:
 
     _draft_length: AdaptiveDraftLength | None = None
     _curve: cost.CostCurve | None = None  # the widths measured or read so far
-    _drift_found = False  # a drift was found and its entries forgotten (drift.py): once a session
+    _drift_found = False  # a drift was found and its entries made provisional (tuning/drift.py): once a session
     _plain_timed = (0.0, 0)  # the target seconds and rounds of the prompts decoded so far
 
     def __init__(self, options: DecodingOptions, target: LoadedModel | None = None,
@@ -84,7 +84,7 @@ class Session:
         self.drafter = self._build_drafter(kind, head, CHAIN if kind == "none" else self._tree_shape(head))
         if self.packing.packed and head is not None:  # the head's products are the target's kind (bfloat16 here)
             install_packing(head)
-        # then int8 rows in place of the head's packed (or dense) products, where they pay (head/int8.py)
+        # then int8 rows in place of the head's packed (or dense) products, where they pay (tuning/int8.py)
         self.int8_head = (plan.settle_int8(head, self.target, drafting.int8_head, compiled) if head is not None
                           else Int8Choice(False, problem="no draft head"))
         if head is None and drafting.int8_head == "on" and drafting.drafts:  # (plain decoding drafts nothing)
@@ -228,7 +228,7 @@ class Session:
     def check_drift(self, stats: DecodeStats) -> None:
         """After each prompt (`run` calls it; a caller of `stream` does, once its output is out):
         when this session's own target forwards no longer match the cached measurements it decodes
-        by, forget those entries, with one note (drift.py)."""
+        by, make those entries provisional, with one note (tuning/drift.py)."""
         if self._drift_found:
             return
         seconds, rounds = self._plain_timed

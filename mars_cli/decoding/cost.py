@@ -115,7 +115,7 @@ def shape_verdict(curve: CostCurve, acceptance: DraftAcceptance = EARLY_HEAD) ->
 
 
 
-# `--dtype auto` for a session that drafts (mars_cli/dtype_choice.py) compares dtypes by what a round
+# `--dtype auto` for a session that drafts (tuning/dtype.py) compares dtypes by what a round
 # of the best shape each one affords would cost per token: chains up to ESTIMATE_MAX_DRAFT, or the
 # tree `tree_shape` picks, at the default drafter's figures (acceptance.py).
 ESTIMATE_MAX_DRAFT = 4
