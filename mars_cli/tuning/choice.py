@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Callable, Generic, TypeVar
 
 from .. import notes
 from . import clock, machine, store
@@ -214,3 +214,49 @@ def mark_provisional(path: Path, why: str) -> bool:
     except (OSError, ValueError, TypeError, RecursionError):
         return False
     return True
+
+
+# --------------------------------------------------------------------------- a reference against a candidate
+@dataclass
+class Verdict:
+    """A reference (dense, the head's own weights) against a candidate (packed, int8 rows), timed
+    interleaved: the candidate is used when its median block takes at most the preference's share
+    of the reference's. Either median is None where the budget left it untimed (then: not used)."""
+
+    used: bool
+    reference_ms: float | None
+    candidate_ms: float | None
+    timed_twice: bool = False
+    provenance: Provenance = field(default_factory=Provenance)
+
+
+def decide(timed: Callable[[], dict[str, list[float]]], variants: tuple[str, str], repeats: int,
+           preference: float) -> Verdict:
+    """`timed()` (clock.time_interleaved over `variants`, reference first), once more on a close
+    call (clock.close_call: the blocks pooled), decided; provisional where a variant got fewer
+    blocks than asked."""
+    blocks = timed()
+    reference, candidate = clock.medians(blocks, variants)
+    twice = bool(reference) and candidate is not None and clock.close_call(candidate / reference, preference)
+    if twice:
+        blocks = clock.pooled(blocks, timed())
+        reference, candidate = clock.medians(blocks, variants)
+    short = any(len(blocks.get(variant) or []) < repeats * (1 + twice) for variant in variants)
+    used = reference is not None and candidate is not None and candidate <= preference * reference
+    return Verdict(used, reference, candidate, twice,
+                   Provenance(provisional="the measuring ran out of its budget" if short else None))
+
+
+def read_verdict(data: dict, fields: tuple[str, str, str], preference: float) -> Verdict | None:
+    """The verdict an entry records under `fields` (used, reference ms, candidate ms), or None when
+    a time is implausible or the verdict contradicts its times; one with a variant untimed only
+    as a provisional "not used"."""
+    used, reference, candidate = (data[name] for name in fields)
+    if not isinstance(used, bool) or not store.plausible_times(*(ms for ms in (reference, candidate) if ms is not None)):
+        return None
+    if reference is None or candidate is None:
+        valid = not used and data.get("provisional") is not None
+    else:
+        valid = used == (candidate <= preference * reference)
+    twice = data.get("timed_twice") is True
+    return Verdict(used, store.number(reference), store.number(candidate), twice) if valid else None

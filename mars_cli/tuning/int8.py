@@ -15,8 +15,8 @@ from ..decoding.kv import KVCache
 from ..errors import UserError
 from ..head.int8 import Int8Forward, eligible, install, problem, remove
 from ..head.parts import HeadCache
-from . import clock, curve, machine, store
-from .choice import MeasuredChoice, Provenance, announced, obtain
+from . import clock, curve, machine
+from .choice import MeasuredChoice, Provenance, Verdict, announced, decide, obtain, read_verdict
 
 MODES = ("auto", "on", "off")
 SCHEMA = 2  # 2: the choice protocol's entries (provisional, measured_at)
@@ -59,18 +59,8 @@ class Int8Measurement(MeasuredChoice[Int8Choice]):
         return measure(self.head, self.target, self.key, deadline)
 
     def parse(self, data: dict) -> Int8Choice | None:
-        used, full_ms, int8_ms = data["used"], data["ms_full"], data["ms_int8"]
-        if not isinstance(used, bool):
-            return None
-        if not store.plausible_times(*(ms for ms in (full_ms, int8_ms) if ms is not None)):
-            return None
-        if full_ms is None or int8_ms is None:  # provisional: cut short before both were timed
-            if used or not data.get("provisional"):
-                return None
-            return Int8Choice(False, None, store.number(full_ms), store.number(int8_ms), self.key)
-        if used != (int8_ms <= PREFERENCE * full_ms):
-            return None
-        return Int8Choice(used, None, float(full_ms), float(int8_ms), self.key, timed_twice=data.get("timed_twice") is True)
+        verdict = read_verdict(data, ("used", "ms_full", "ms_int8"), PREFERENCE)
+        return None if verdict is None else choice_of(verdict, self.key)
 
     def fallback(self, why: str) -> Int8Choice:
         return Int8Choice(False, key=self.key, provenance=Provenance(provisional=why))  # the head's own weights
@@ -164,26 +154,21 @@ def measure(head: torch.nn.Module, target, key: dict, deadline: float | None = N
     def timed(limit: float | None) -> dict[str, list[float]]:
         return clock.time_interleaved(block, VARIANTS, REPEATS, deadline=limit, prepare=evict)
 
-    timed_twice = False
     if deadline is not None and clock.now() >= deadline:  # not even the prefill: the head's own weights
         return Int8Choice(False, None, None, None, key, provenance=Provenance(provisional="not measured in time"))
     try:
         with torch.inference_mode():
             evictor.forward(context.to(target.device))
             head.step(features[:kept], tokens[:kept], head_cache)
-            blocks = timed(deadline)
-            full, int8 = clock.medians(blocks, VARIANTS)
-            if full and int8 is not None and clock.close_call(int8 / full, PREFERENCE):
-                blocks = clock.pooled(blocks, timed(deadline))
-                timed_twice = True
+            verdict = decide(lambda: timed(deadline), VARIANTS, REPEATS, PREFERENCE)  # cut short: its own weights
     finally:
         use("full")
-    full, int8 = clock.medians(blocks, VARIANTS)
-    short = any(len(blocks.get(v) or []) < REPEATS * (1 + timed_twice) for v in VARIANTS)
-    provenance = Provenance(provisional="the measuring ran out of its budget" if short else None)
-    if full is None or int8 is None:  # cut short before a variant was timed: the head's own weights
-        return Int8Choice(False, None, full, int8, key, provenance=provenance)
-    return Int8Choice(int8 <= PREFERENCE * full, None, full, int8, key, timed_twice=timed_twice, provenance=provenance)
+    return choice_of(verdict, key)
+
+
+def choice_of(verdict: Verdict, key: dict) -> Int8Choice:
+    return Int8Choice(verdict.used, None, verdict.reference_ms, verdict.candidate_ms, key, verdict.timed_twice,
+                      provenance=verdict.provenance)
 
 
 def describe(choice: Int8Choice) -> str:

@@ -15,8 +15,8 @@ from .. import notes
 from ..decoding.kv import KVCache
 from ..decoding.packing import PACK_ROWS, Switch, dtype_name, install, problem, remove
 from ..errors import UserError
-from . import clock, curve, machine, store
-from .choice import MeasuredChoice, Provenance, announced, obtain
+from . import clock, curve, machine
+from .choice import MeasuredChoice, Provenance, Verdict, announced, decide, obtain, read_verdict
 
 MODES = ("auto", "on", "off")
 SCHEMA = 2  # 2: the choice protocol's entries (provisional, measured_at)
@@ -62,19 +62,8 @@ class PackingMeasurement(MeasuredChoice[PackingChoice]):
         return measure(self.target, self.key, deadline)
 
     def parse(self, data: dict) -> PackingChoice | None:
-        packed, dense_ms, packed_ms = data["packed"], data["ms_dense"], data["ms_packed"]
-        if not isinstance(packed, bool):
-            return None
-        if not store.plausible_times(*(ms for ms in (dense_ms, packed_ms) if ms is not None)):
-            return None
-        if dense_ms is None or packed_ms is None:  # provisional: cut short before both were timed
-            if packed or not data.get("provisional"):
-                return None
-            return PackingChoice(False, None, store.number(dense_ms), store.number(packed_ms), self.key)
-        if packed != (packed_ms <= PREFERENCE * dense_ms):
-            return None
-        return PackingChoice(packed, None, float(dense_ms), float(packed_ms), self.key,
-                             timed_twice=data.get("timed_twice") is True)
+        verdict = read_verdict(data, ("packed", "ms_dense", "ms_packed"), PREFERENCE)
+        return None if verdict is None else choice_of(verdict, self.key)
 
     def fallback(self, why: str) -> PackingChoice:
         return PackingChoice(False, key=self.key, provenance=Provenance(provisional=why))  # dense, as before packing
@@ -156,23 +145,18 @@ def measure(target, key: dict, deadline: float | None = None) -> PackingChoice:
                 caches[variant].forward(feed.to(target.device))
                 caches[variant].truncate(curve.CONTEXT_TOKENS)
 
-    timed_twice = False
     try:
-        with torch.inference_mode():
-            blocks = clock.time_interleaved(run, VARIANTS, REPEATS, deadline=deadline)
-            dense, packed = clock.medians(blocks, VARIANTS)
-            if dense and packed is not None and clock.close_call(packed / dense, PREFERENCE):
-                blocks = clock.pooled(blocks, clock.time_interleaved(run, VARIANTS, REPEATS, deadline=deadline))
-                timed_twice = True
+        with torch.inference_mode():  # cut short before packed was timed: dense, as before packing
+            verdict = decide(lambda: clock.time_interleaved(run, VARIANTS, REPEATS, deadline=deadline), VARIANTS,
+                             REPEATS, PREFERENCE)
     finally:
         remove(model)
-    dense, packed = clock.medians(blocks, VARIANTS)
-    short = any(len(blocks.get(name) or []) < REPEATS * (1 + timed_twice) for name in VARIANTS)
-    provenance = Provenance(provisional="the measuring ran out of its budget" if short else None)
-    if dense is None or packed is None:  # cut short before packed was timed: dense, as before packing
-        return PackingChoice(False, None, dense, packed, key, provenance=provenance)
-    return PackingChoice(packed <= PREFERENCE * dense, None, dense, packed, key, timed_twice=timed_twice,
-                         provenance=provenance)
+    return choice_of(verdict, key)
+
+
+def choice_of(verdict: Verdict, key: dict) -> PackingChoice:
+    return PackingChoice(verdict.used, None, verdict.reference_ms, verdict.candidate_ms, key, verdict.timed_twice,
+                         provenance=verdict.provenance)
 
 
 def describe(choice: PackingChoice) -> str:
