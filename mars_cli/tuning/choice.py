@@ -168,8 +168,7 @@ def _obtain(choice: MeasuredChoice[R], fresh: bool, budget: clock.Budget, announ
         if budget.spent and cached is not None:  # due, but nothing left to measure it with: as it is
             return cached
         if budget.spent:
-            result = choice.fallback(f"not measured: this process's {clock.PROCESS_BUDGET_S:.0f} s of measuring "
-                                     "were spent")
+            result = choice.fallback("not measured: this process's measuring budget was spent")
         else:
             with budget.spending() as deadline:
                 result = choice.measure(deadline(choice.budget_s), cached)
