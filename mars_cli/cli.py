@@ -31,6 +31,9 @@ app = typer.Typer(
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False)
 
+# what `generate` reads of stdin at most: 2**20 tokens at a generous 64 bytes each (Session.encode then
+# holds a prompt to its model's own window, in bytes, before tokenizing it)
+MAX_PROMPT_BYTES = 64 << 20
 BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a reader that closed the pipe early
 _invocation: list[str] = []  # the arguments of this run, recorded in profiles for reproduction
 _tracebacks = False  # --debug: errors raise instead of becoming one line
@@ -115,7 +118,9 @@ def read_prompt(prompt: str | None) -> str:
     if prompt is None or prompt == "-":
         if sys.stdin is None or sys.stdin.isatty():
             raise UserError("no prompt given: pass PROMPT or pipe it on stdin")
-        data = sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1)  # never the whole of an endless or huge stream
+        require(len(data) <= MAX_PROMPT_BYTES, f"the prompt on stdin is over {MAX_PROMPT_BYTES >> 20} MiB; no "
+                                               "model's context window holds that much")
         try:
             prompt = data.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -34,6 +34,9 @@ from .prompts import encode_messages
 from .notes import note
 
 
+MAX_BYTES_PER_TOKEN = 64  # generous: BPE tokens of common models run to about 16 bytes
+
+
 @dataclass
 class Result:
     text: str
@@ -161,8 +164,14 @@ class Session:
 
     # ------------------------------------------------------------------ prompts
     def encode(self, prompt: str) -> list[int]:
-        """Apply the chat template when the model has one (unless --raw)."""
+        """Apply the chat template when the model has one (unless --raw). A prompt of more bytes
+        than the context window could hold at MAX_BYTES_PER_TOKEN is refused before the tokenizer
+        sees it (tokenizing 100 MB once took minutes, only to be refused then)."""
         require(prompt.strip() != "", "the prompt is empty")
+        window = self.target.context_window
+        size = len(prompt.encode("utf-8", "surrogateescape"))
+        require(window is None or size <= window * MAX_BYTES_PER_TOKEN,
+                f"the prompt has {size} bytes, more than the model's context window ({window} tokens) can hold")
         return self.encode_messages([{"role": "user", "content": prompt}])
 
     def encode_messages(self, messages: list[dict]) -> list[int]:

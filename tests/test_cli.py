@@ -170,3 +170,43 @@ def test_commands_keep_their_own_defaults_and_flags():
     assert "verify" not in flags["eval"] and "force" in flags["eval"] and "force" in flags["profile"]
     assert flags["calibrate"]["temperature"].default == 1.0 and "device_map" not in flags["calibrate"]
     assert flags["train-head"]["max_new_tokens"].default == 256 and "num_draft" in flags["train-head"]
+
+
+def test_stdin_is_read_no_further_than_the_bound(capsys, monkeypatch, tiny_dir):
+    """A huge or endless stdin is refused after MAX_PROMPT_BYTES + 1 bytes, in one line, exit 2."""
+    import io
+
+    from mars_cli import cli
+
+    class Endless(io.RawIOBase):
+        read_sizes: list[int] = []
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:
+            buffer[:] = b"a" * len(buffer)
+            return len(buffer)
+
+    class Stdin:
+        buffer = io.BufferedReader(Endless())
+
+        def isatty(self) -> bool:
+            return False
+
+    monkeypatch.setattr(cli, "MAX_PROMPT_BYTES", 4096)
+    monkeypatch.setattr(cli.sys, "stdin", Stdin())
+    code, out, err = run_cli(capsys, "generate", "-", "--target", str(tiny_dir), "--device", "cpu")
+    assert code == 2 and out == "" and err.strip().endswith("no model's context window holds that much")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_prompt_longer_than_the_window_can_hold_is_refused_before_tokenizing(capsys, monkeypatch, tiny_dir):
+    from mars_cli import session
+
+    window = 256  # the tiny model's max_position_embeddings
+    calls = []
+    monkeypatch.setattr(session, "encode_messages", lambda *args: calls.append(args) or [1])
+    text = "a" * (window * session.MAX_BYTES_PER_TOKEN + 1)
+    code, _, err = run_cli(capsys, "generate", text, "--target", str(tiny_dir), "--device", "cpu", "--draft", "none")
+    assert code == 2 and calls == [] and f"more than the model's context window ({window} tokens)" in err
