@@ -179,8 +179,6 @@ def test_stdin_is_read_no_further_than_the_bound(capsys, monkeypatch, tiny_dir):
     from mars_cli import cli
 
     class Endless(io.RawIOBase):
-        read_sizes: list[int] = []
-
         def readable(self) -> bool:
             return True
 
