@@ -27,8 +27,7 @@ from .decoding.verifiers import Verifier
 from .calibration.profiles import resolve_threshold
 from .errors import require
 from .models import LoadedModel
-from .tuning import clock, curve, drift, machine, plan
-from .tuning.int8 import Int8Choice
+from .tuning import clock, curve, drift, int8, machine, plan
 from .options import DecodingOptions
 from .prompts import encode_messages
 from .notes import note
@@ -88,8 +87,8 @@ class Session:
         if self.packing.packed and head is not None:  # the head's products are the target's kind (bfloat16 here)
             install_packing(head)
         # then int8 rows in place of the head's packed (or dense) products, where they pay (tuning/int8.py)
-        self.int8_head = (plan.settle_int8(head, self.target, drafting.int8_head, compiled) if head is not None
-                          else Int8Choice(False, problem="no draft head"))
+        self.int8_head = (int8.settle(head, self.target, drafting.int8_head, compiled) if head is not None
+                          else int8.Int8Choice(False, problem="no draft head"))
         if head is None and drafting.int8_head == "on" and drafting.drafts:  # (plain decoding drafts nothing)
             note(f"--draft {drafting.draft} drafts without a head; --int8-head on is ignored", once=True)
         if kind == "ngram" and isinstance(drafting.draft_topk, int) and drafting.draft_topk > 1:
@@ -120,11 +119,7 @@ class Session:
     def _settled_shape(self, costs: cost.CostCurve, figures: DraftAcceptance) -> TreeShape:
         """The shape the curve and figures pick; a close call (cost.SHAPE_CLOSE) on widths not yet
         settled is timed again first, within the process's measuring budget (curve.settle)."""
-        verdict = cost.shape_verdict(costs, figures)
-        unsettled = [w for w in verdict.deciding if w not in costs.settled]
-        if verdict.closeness > cost.SHAPE_CLOSE or not unsettled or self.scorer.compiled:
-            return verdict.shape
-        self._curve = curve.settle(self.scorer, costs, verdict.deciding)
+        self._curve = curve.settle_close_call(self.scorer, costs, figures)
         return cost.shape_verdict(self._curve, figures).shape
 
     def _drafter_source(self) -> tuple[str, PairHead | None]:

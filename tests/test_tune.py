@@ -40,10 +40,8 @@ def no_close_calls(monkeypatch):
     """Whether the chain-or-tree call is close on a tiny model's timings is chance; settling close
     calls (tune's and a session's alike) is tested in tests/test_cost_first_use.py."""
     from mars_cli.decoding import cost
-    from mars_cli.tuning import tune
 
     monkeypatch.setattr(cost, "SHAPE_CLOSE", -1.0)
-    monkeypatch.setattr(tune, "SHAPE_CLOSE", -1.0)
 
 
 def test_tune_measures_every_choice_and_later_runs_measure_nothing(capsys, tiny_dir, cache, monkeypatch):
@@ -96,7 +94,7 @@ def test_tune_settles_close_chain_or_tree_calls_until_the_call_stands(tiny_dir, 
     from mars_cli.models import load_model
     from mars_cli.tuning import curve, tune
 
-    monkeypatch.setattr(tune, "SHAPE_CLOSE", 0.15)
+    monkeypatch.setattr(cost, "SHAPE_CLOSE", 0.15)
     target = load_model(str(tiny_dir), device="cpu", dtype="float32")
     steps = dict(tune.steps(target))
     for name in ("dtype for drafting sessions", "dtype for plain sessions", "packed linears"):
@@ -113,4 +111,4 @@ def test_tune_settles_close_chain_or_tree_calls_until_the_call_stands(tiny_dir, 
     steps["cost curve"]()
     verdict = cost.shape_verdict(CostCurve({}, flat.ms_by_width, frozenset(w for ws in settled for w in ws)))
     assert settled and len(settled) <= 2 * tune.SETTLINGS
-    assert verdict.closeness > tune.SHAPE_CLOSE or set(verdict.deciding) <= {w for ws in settled for w in ws}
+    assert verdict.closeness > cost.SHAPE_CLOSE or set(verdict.deciding) <= {w for ws in settled for w in ws}

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import torch
 
 from .. import notes
+from ..decoding.acceptance import DraftAcceptance
+from ..decoding import cost
 from ..decoding.cost import COMPILED_WIDTHS, DEFAULT_WIDTHS, MAX_TREE_TOKENS, SCHEMA, CostCurve
 from ..decoding.packing import installed
 from ..decoding.tree import DraftTree
@@ -191,6 +193,18 @@ def settle(scorer: "TargetScorer", curve: CostCurve, widths: Sequence[int], budg
     why = busy or (None if full else "the settling ran out of its budget")
     save(CurveMeasurement(scorer, widths), MeasuredCurve(refreshed, Provenance(False, why, clock.wall(), busy is not None)))
     return refreshed
+
+
+def settle_close_call(scorer: "TargetScorer", costs: CostCurve, figures: DraftAcceptance,
+                      budget: clock.Budget | None = None, announce: bool = True) -> CostCurve:
+    """`costs` with the widths of a close chain-or-tree call (cost.SHAPE_CLOSE) at `figures`
+    timed again (`settle`), where some are not settled yet; as it is otherwise, and for a compiled
+    scorer (its few widths are compiled graphs). One round: what the session does once, and
+    `mars tune` until the call stands."""
+    verdict = cost.shape_verdict(costs, figures)
+    if verdict.closeness > cost.SHAPE_CLOSE or set(verdict.deciding) <= costs.settled or scorer.compiled:
+        return costs
+    return settle(scorer, costs, verdict.deciding, budget, announce)
 
 
 def measure_curve(scorer: "TargetScorer", key: dict, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: int = 5,

@@ -39,11 +39,6 @@ def settle_packing(target: LoadedModel, mode: str, compiled: bool) -> packing.Pa
     return packing.settle(target, mode, compiled, timed_packed(target))
 
 
-def settle_int8(head: torch.nn.Module, target: LoadedModel, mode: str, compiled: bool) -> int8.Int8Choice:
-    """`--int8-head mode` for `head` beside `target`: int8 rows where they pay."""
-    return int8.settle(head, target, mode, compiled)
-
-
 def timed_packed(target: LoadedModel) -> bool:
     """Whether `--dtype auto` chose `target`'s dtype on packed-linear timings."""
     choice = target.dtype_choice

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..decoding.acceptance import EARLY_HEAD
-from ..decoding.cost import DEFAULT_WIDTHS, SHAPE_CLOSE, shape_verdict
+from ..decoding.cost import DEFAULT_WIDTHS
 from ..decoding.packing import install, remove
 from ..decoding.target import TargetScorer
 from ..head.drafter import find_head, load_head
@@ -57,10 +57,10 @@ def steps(target: LoadedModel, allow_pickle: bool = False) -> list[tuple[str, St
         measured = curve.curve_for(scorer, DEFAULT_WIDTHS, fresh=True)
         for figures in (dtype.default_acceptance(target.fingerprint), EARLY_HEAD):  # the head's, and other drafters'
             for _ in range(SETTLINGS):  # settled widths may turn the call to other close ones
-                verdict = shape_verdict(measured, figures)
-                if verdict.closeness > SHAPE_CLOSE or set(verdict.deciding) <= measured.settled:
+                settled = curve.settle_close_call(scorer, measured, figures, clock.unbounded(), announce=False)
+                if settled is measured:
                     break
-                measured = curve.settle(scorer, measured, verdict.deciding, clock.unbounded(), announce=False)
+                measured = settled
         widths = sorted(measured.ms_by_width)
         detail = ", ".join(f"{w}: {measured.ms_by_width[w] / measured.ms_by_width[1]:.2f}x" for w in widths[1::4])
         return row("cost curve (x width 1)", f"{measured.ms_by_width[1]:.1f} ms at width 1", detail, None,
