@@ -96,8 +96,10 @@ def test_the_process_count_is_limited():
 
 def test_sandboxed_program_is_an_unprivileged_user_without_network():
     source = ("import os, socket\nassert os.geteuid() != 0 or os.getuid() != 0\n"
-              "assert all(name == 'lo' for _, name in socket.if_nameindex())\n"
-              "assert sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [1, 2]\n")
+              "interfaces = [line.split(':')[0].strip() for line in open('/proc/net/dev').readlines()[2:]]\n"
+              "assert interfaces == ['lo'], interfaces  # (if_nameindex needs netlink, which is refused)\n"
+              "seen = {int(p) for p in os.listdir('/proc') if p.isdigit()}\n"
+              "assert os.getpid() in seen and seen <= {1, os.getpid()}, seen  # PID 1 hidden where it is another user\n")
     outcome = run(source)
     assert outcome.passed, outcome.reason
 
@@ -214,3 +216,117 @@ def test_the_programs_folder_has_a_quota():
     outcome = run(source)
     assert not outcome.passed and outcome.reason.startswith("stopped after"), outcome.reason
     assert int(outcome.reason.split()[2].rstrip(":")) <= execution.FOLDER_QUOTA_BYTES >> 20
+
+
+# --------------------------------------------------------------------------- the kernel surface
+def system_call(name: str) -> int:
+    """This machine's number for a system call, as the sandbox's filter resolves it."""
+    seccomp = pytest.importorskip("pyseccomp")
+    return seccomp.resolve_syscall(seccomp.system_arch(), name)
+
+
+DOORS = {  # what each call does when it gets through: all must be refused
+    "add_key": "libc.syscall({add_key}, b'user', b'mars-door', b'secret', 6, ctypes.c_int(-4))",  # @u: outlives runs
+    "keyctl": "libc.syscall({keyctl}, 1, None)",  # KEYCTL_JOIN_SESSION_KEYRING: leave the fresh one
+    "request_key": "libc.syscall({request_key}, b'user', b'mars-door', None, ctypes.c_int(-4))",
+    "io_uring_setup": "libc.syscall({io_uring_setup}, 4, ctypes.create_string_buffer(120))",
+    "userfaultfd": "libc.syscall({userfaultfd}, 1)",  # UFFD_USER_MODE_ONLY
+    "unshare": "libc.syscall({unshare}, 0x10000000)",  # CLONE_NEWUSER
+    "clone": "libc.syscall({clone}, 0x10000000 | 17, None, None, None, None)",  # a child in a new user namespace
+}
+
+
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_the_kernel_surface_is_closed(door):
+    """Each call container runtimes refuse by default is refused inside (EPERM), and the refusal
+    is the filter's: the same call would reach the kernel outside."""
+    numbers = {name: system_call(name) for name in ("add_key", "keyctl", "request_key", "io_uring_setup",
+                                                   "userfaultfd", "unshare", "clone")}
+    call = DOORS[door].format(**numbers)
+    source = ("import ctypes, errno, os, sys\n"
+              "libc = ctypes.CDLL(None, use_errno=True)\n"
+              f"result = {call}\n"
+              "if result == 0:\n"
+              "    os._exit(0)  # a clone child in its new namespace\n"
+              "code = ctypes.get_errno()\n"
+              "sys.exit(0 if result < 0 and code == errno.EPERM else f'{result} {errno.errorcode.get(code)}')\n")
+    outcome = run(source)
+    assert outcome.passed, f"{door}: {outcome.reason}"
+
+
+def test_a_key_from_one_run_never_reaches_the_next():
+    """Two runs, as two generated programs would be: what the first tries to leave in the
+    keyrings (session, user, user-session) the second cannot find: the keyring calls are refused."""
+    numbers = {name: system_call(name) for name in ("add_key", "request_key")}
+    writer = ("import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+              f"added = [libc.syscall({numbers['add_key']}, b'user', b'mars-channel', b'x', 1, ctypes.c_int(ring))"
+              " for ring in (-3, -4, -5)]\n"
+              "sys.exit(0 if all(key < 0 for key in added) else f'added {added}')\n")
+    reader = ("import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+              f"found = libc.syscall({numbers['request_key']}, b'user', b'mars-channel', None, 0)\n"
+              "keys = open('/proc/keys').read() if __import__('os').path.exists('/proc/keys') else ''\n"
+              "sys.exit(0 if found < 0 and 'mars-channel' not in keys else f'found {found}')\n")
+    assert run(writer).passed
+    assert run(reader).passed
+
+
+def test_netlink_sockets_are_refused():
+    source = ("import socket, sys\n"
+              "try:\n"
+              "    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\n"
+              "except OSError:\n"
+              "    sys.exit(0)\n"
+              "sys.exit('a netlink socket opened')\n")
+    outcome = run(source)
+    assert outcome.passed, outcome.reason
+
+
+def test_a_setuid_binary_gains_nothing():
+    """no_new_privs and the filter are in place, and a setuid-root program found inside runs as
+    the program's own user: its process, read before it is reaped, has no uid 0."""
+    binaries = [str(path) for path in (Path("/usr/bin/su"), Path("/usr/bin/passwd"), Path("/usr/bin/mount"))
+                if path.exists() and path.stat().st_mode & 0o4000 and path.stat().st_uid == 0]
+    if not binaries:
+        pytest.skip("no setuid-root binary under /usr/bin on this system")
+    source = ("import os, subprocess, sys\n"
+              "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+              "assert status['NoNewPrivs'].strip() == '1' and status['Seccomp'].strip() == '2', status\n"
+              f"for binary in {binaries!r}:\n"
+              "    child = subprocess.Popen([binary], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,\n"
+              "                             stderr=subprocess.DEVNULL)\n"
+              "    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: still readable\n"
+              "    uids = [line for line in open(f'/proc/{child.pid}/status') if line.startswith('Uid:')][0].split()[1:]\n"
+              "    child.wait()\n"
+              "    if '0' in uids:\n"
+              "        sys.exit(f'{binary} ran with uids {uids}')\n")
+    outcome = run(source)
+    assert outcome.passed, outcome.reason
+
+
+def test_the_launcher_is_out_of_sight_and_proc_is_read_only():
+    """The jail's command line holds nothing (its settings come on stdin), and /proc's knobs
+    (oom_score_adj) cannot be written."""
+    source = ("import sys\n"
+              "try:\n"
+              "    line = open('/proc/1/cmdline', 'rb').read()\n"
+              "except OSError:\n"
+              "    line = b''\n"
+              "if b'{' in line or b'strict' in line:\n"
+              "    sys.exit(f'the launcher shows {line[:80]!r}')\n"
+              "try:\n"
+              "    open('/proc/self/oom_score_adj', 'w').write('1000')\n"
+              "except OSError:\n"
+              "    sys.exit(0)\n"
+              "sys.exit('oom_score_adj written')\n")
+    outcome = run(source)
+    assert outcome.passed, outcome.reason
+
+
+def test_without_libseccomp_strict_mode_refuses_in_one_line(monkeypatch):
+    """Where the filter cannot be installed, strict mode stops before the program runs (and
+    --weak-sandbox's warning carries this reason, as test_without_isolation... checks)."""
+    from mars_cli.evaluation import jail
+
+    monkeypatch.setattr(jail, "seccomp", None)
+    with pytest.raises(jail.SetupError, match="cannot install the system-call filter .*libseccomp"):
+        jail._filter_system_calls()

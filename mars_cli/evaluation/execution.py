@@ -73,10 +73,13 @@ def run_program(source: str, timeout: float = 10.0, strict: bool = True) -> Outc
                   "interpreter": _interpreter()}
         # stdout and stderr go to unlinked files, not pipes: a forked child that keeps them open
         # cannot hold the run past the program's own end
-        launcher = subprocess.Popen([sys.executable, "-I", "-B", str(LAUNCHER), json.dumps(config)], cwd=folder,
-                                    env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, stdout=stdout,
+        launcher = subprocess.Popen([sys.executable, "-I", "-B", str(LAUNCHER)], cwd=folder,
+                                    env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.PIPE, stdout=stdout,
                                     stderr=stderr, start_new_session=True)
         try:
+            with contextlib.suppress(BrokenPipeError):  # a launcher that died early says why on stderr
+                launcher.stdin.write(json.dumps(config).encode())
+                launcher.stdin.close()
             code = launcher.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None

@@ -1,5 +1,6 @@
-"""The sandbox's launcher for generated code: a standalone script (standard library only, run as
-`python -I -B jail.py CONFIG`) so that nothing of mars is imported where untrusted code will run.
+"""The sandbox's launcher for generated code: a standalone script (the standard library and
+libseccomp's binding only, run as `python -I -B jail.py` with its configuration on stdin, so that no
+command line shows it) so that nothing of mars is imported where untrusted code will run.
 
 Strict mode builds, before the program starts:
 - private mount, PID, network, IPC and UTS namespaces (plus a user namespace when not root); the
@@ -12,7 +13,11 @@ Strict mode builds, before the program starts:
   home directories, the project) can be named, read or connected to;
 - the program as an unprivileged user (`nobody` when started as root; a nested user namespace
   otherwise, which locks the read-only mounts), with no_new_privs and resource limits, including
-  a process-count limit (RLIMIT_NPROC, which the kernel does not enforce for root).
+  a process-count limit (RLIMIT_NPROC, which the kernel does not enforce for root);
+- a small kernel surface (`_filter_system_calls`): a fresh session keyring, and a seccomp filter
+  (built by libseccomp) that refuses the calls container runtimes refuse by default: keyrings,
+  io_uring, userfaultfd, new namespaces, netlink sockets, mounts, tracing, kernel modules and
+  clocks. /proc is read-only, and hides the launcher (hidepid) where the program runs as nobody.
 The launcher's child is PID 1 of the namespace: when the program exits, or when the launcher is
 killed (parent-death signal), it exits and the kernel kills every process left in the namespace,
 so a forked child can never outlive the run.
@@ -31,6 +36,14 @@ import resource
 import select
 import signal
 import sys
+
+try:  # libseccomp's own binding where installed, else the ctypes one of the same interface
+    import seccomp
+except ImportError:
+    try:
+        import pyseccomp as seccomp
+    except (ImportError, OSError, RuntimeError):  # pyseccomp raises when libseccomp is missing
+        seccomp = None
 
 SETUP_FAILED = 125
 NOBODY = 65534
@@ -98,6 +111,20 @@ def _kept_flags(path: str) -> int:
     return sum(mount for stat, mount in _STAT_TO_MOUNT if flags & stat)
 
 
+def _mount_proc(target: str) -> None:
+    """A fresh /proc for the PID namespace, read-only (no /proc/self/oom_score_adj or other
+    knobs to write), hiding processes of other users (the launcher, from a program run as nobody)
+    where the kernel knows hidepid."""
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY
+    for options in ("hidepid=invisible", "hidepid=2", None):
+        try:
+            _mount("proc", target, "proc", flags, options)
+            return
+        except SetupError as exc:
+            problem = exc
+    raise SetupError(f"cannot mount a private /proc ({problem})")
+
+
 def _private_root(config: dict) -> None:
     """Make the mount namespace's root an empty tmpfs (`config["stage"]`, an empty host directory,
     is its mount point) that holds only what Python needs, read-only, a fresh /proc, and the
@@ -117,10 +144,7 @@ def _private_root(config: dict) -> None:
         copy.write(source.read())
     os.chmod(stage + config["program"], 0o644)
     os.makedirs(stage + "/proc")
-    try:
-        _mount("proc", stage + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    except SetupError as exc:
-        raise SetupError(f"cannot mount a private /proc ({exc})") from None
+    _mount_proc(stage + "/proc")
     _mount(None, stage, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID, "mode=0755,size=1m")
     number = PIVOT_ROOT.get(os.uname().machine)
     if number is None:
@@ -130,6 +154,56 @@ def _private_root(config: dict) -> None:
         raise SetupError(f"pivot_root: {os.strerror(ctypes.get_errno())}")
     _call("umount2", b".", ctypes.c_int(2))  # MNT_DETACH: the host's tree leaves this namespace
     os.chdir("/")
+
+
+# System calls the program is refused (EPERM): what container runtimes' default seccomp profiles
+# refuse, and what this sandbox was seen to let through (keyrings shared between runs, io_uring,
+# userfaultfd, unshare of a user namespace).
+REFUSED_CALLS = (
+    "add_key", "request_key", "keyctl",  # keyrings outlive a run and share a quota
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd",
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+    "fsconfig", "fsmount", "fspick", "mount_setattr",
+    "bpf", "perf_event_open", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
+    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
+    "swapon", "swapoff", "acct", "quotactl", "syslog", "vhangup", "open_by_handle_at", "name_to_handle_at",
+    "fanotify_init", "lookup_dcookie", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+    "personality", "mbind", "set_mempolicy", "move_pages",
+)
+NEW_NAMESPACES = 0x00000080 | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID \
+    | CLONE_NEWNET | 0x02000000  # CLONE_NEWTIME, CLONE_NEWCGROUP
+AF_NETLINK = 16
+KEYCTL_JOIN_SESSION_KEYRING = 1
+
+
+def _filter_system_calls() -> None:
+    """Join a fresh, empty session keyring, then install the seccomp filter (no_new_privs is set
+    already) that refuses REFUSED_CALLS, clone with a new-namespace flag, netlink sockets, and
+    clone3 (ENOSYS: its flags lie in memory a filter cannot read, so the C library falls back to
+    clone). Inherited by everything the program runs or forks; it cannot be lifted."""
+    if seccomp is None:
+        raise SetupError("cannot install the system-call filter (libseccomp not found: install the libseccomp2 "
+                         "package)")
+    arch = seccomp.system_arch()
+    keyctl = seccomp.resolve_syscall(arch, "keyctl")
+    if _libc.syscall(ctypes.c_long(keyctl), ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING), None) < 0 and \
+            ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM, errno.EACCES):  # no keyrings at all: nothing to leave
+        raise SetupError(f"cannot give the program a session keyring of its own ({os.strerror(ctypes.get_errno())})")
+    refuse = seccomp.ERRNO(errno.EPERM)
+    try:
+        rules = seccomp.SyscallFilter(seccomp.ALLOW)
+        for name in REFUSED_CALLS:
+            try:
+                rules.add_rule(refuse, name)
+            except (OSError, ValueError, RuntimeError):
+                continue  # not a system call on this architecture
+        rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+        for flag in (1 << bit for bit in range(32) if NEW_NAMESPACES & (1 << bit)):
+            rules.add_rule(refuse, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+        rules.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket", seccomp.Arg(0, seccomp.EQ, AF_NETLINK))
+        rules.load()
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise SetupError(f"cannot install the system-call filter ({exc})") from None
 
 
 def _count_processes(uid: int) -> int:
@@ -185,6 +259,12 @@ def _become_unprivileged(config: dict, as_root: bool, notes: list[str], strict: 
         _limits(config, config["processes"] + (0 if config["namespaces"] else _count_processes(os.getuid())))
     _call("prctl", ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0),
           ctypes.c_ulong(0))
+    try:
+        _filter_system_calls()
+    except SetupError:
+        if strict:
+            raise
+        notes.append("no system-call filter")  # weak mode: sandbox_mode's warning named the reason
     for path, mode, use in ((folder, os.W_OK, "write to"), (config["python"], os.X_OK, "run")):
         if not os.access(path, mode):
             raise SetupError(f"the unprivileged user cannot {use} {path}")
@@ -236,7 +316,8 @@ def _nobody_mapped() -> bool:
 
 
 def main() -> int:
-    config = json.loads(sys.argv[1])
+    config = json.loads(sys.stdin.read())  # not argv: /proc/1/cmdline would show it to the program
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the program gets no stdin
     strict = config["strict"]
     # root that cannot become nobody (a user namespace that maps only root) is isolated as any
     # other user is: a user namespace of its own, the program's directory left as it is
