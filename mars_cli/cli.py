@@ -13,7 +13,7 @@ from rich.console import Console
 
 from . import __version__, calibration
 from .errors import StaticCacheFull, UserError, require
-from .notes import note
+from .notes import note, warn
 from .flags import DECODING, DECODING_FLAGS, MODEL, SAMPLING, decoding_flags
 from .options import DecodingOptions
 from .render import calibration_table, eval_table, stats_table
@@ -527,9 +527,10 @@ SERVE_HELP = (
     "Serve a target with vLLM's OpenAI-compatible server (`vllm serve`), speculative decoding verified by MARS "
     "with the target's calibrated threshold.\n\n"
     "Prints each choice on stderr (target directory, speculative config, MARS's thresholds), then becomes "
-    "`vllm serve`. Flags mars does not know (--port, --host, --tensor-parallel-size, --enforce-eager, ...) and "
-    "everything after `--` go to `vllm serve` unchanged, after mars's own. Needs vLLM in this environment "
-    "(`make setup-vllm`); --dry-run does not.")
+    "`vllm serve`. It listens on 127.0.0.1 (this machine only) unless --host says otherwise, and warns when a "
+    "server others can reach has no --api-key. Flags mars does not know (--api-key, --tensor-parallel-size, "
+    "--enforce-eager, ...) and everything after `--` go to `vllm serve` unchanged, after mars's own. Needs vLLM "
+    "in this environment (`make setup-vllm`); --dry-run does not.")
 
 
 @app.command("serve", help=SERVE_HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -560,6 +561,10 @@ def serve(
     seed: Annotated[Optional[int], typer.Option(
         "--seed", rich_help_panel=SAMPLING, show_default=False,
         help="vLLM's random seed (default: vLLM's, 0).")] = None,
+    host: Annotated[str, typer.Option(
+        "--host", help="Address to listen on: 127.0.0.1 (this machine only) unless given; 0.0.0.0 for every "
+                       "interface (then pass --api-key too).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Resolve everything, print the `vllm serve` command on stdout and exit.")] = False,
 ) -> None:
@@ -568,13 +573,16 @@ def serve(
     from .serving.serve import ServeRequest, exec_vllm, plan, split_target
 
     chosen, passthrough = split_target(target_arg, target, ctx.args)
-    request = ServeRequest(chosen, draft, num_draft, options.verification, dtype, max_model_len, seed, passthrough)
+    request = ServeRequest(chosen, draft, num_draft, options.verification, dtype, max_model_len, seed, passthrough,
+                           host, port)
     request.validate()
     if not dry_run:
         engine.require_vllm()  # before the target converts, not after
     serve_plan = plan(request)
     for line in serve_plan.choices():
         note(line)
+    if (exposure := serve_plan.exposure()) is not None:
+        warn(exposure)
     if dry_run:
         sys.stdout.write(serve_plan.shell() + "\n")
         return

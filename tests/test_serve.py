@@ -45,9 +45,11 @@ def test_dry_run_has_the_drafter_and_the_resolved_mapping(capsys, tiny_dir):
         "resolved": True, "measure": "logit-ratio", "greedy": 0.5, "sampled": 0.5, "source": "theta"}}
     assert value(command, "--dtype") == "auto"  # vLLM's own choice
     assert "--max-model-len" not in command and "--seed" not in command  # vLLM's defaults
+    assert (value(command, "--host"), value(command, "--port")) == ("127.0.0.1", "8000")  # this machine only
     assert err == [f"mars: note: target: {tiny_dir}",
                    f"mars: note: speculative config: {json.dumps(NGRAM)}",
-                   "mars: note: MARS on: logit-ratio theta 0.5 (greedy), 0.5 (sampled, at T = 1), given"]
+                   "mars: note: MARS on: logit-ratio theta 0.5 (greedy), 0.5 (sampled, at T = 1), given",
+                   "mars: note: listening on: http://127.0.0.1:8000 (this machine only, no API key)"]
 
 
 def test_margin_num_draft_and_model_flags_map_onto_vllm(capsys, tiny_dir):
@@ -65,7 +67,7 @@ def test_strict_has_no_additional_config(capsys, tiny_dir):
     command, err = dry_run(capsys, str(tiny_dir), "--draft", "ngram", "--verify", "strict")
     assert "--additional-config" not in command
     assert json.loads(value(command, "--speculative-config")) == NGRAM
-    assert err[-1] == "mars: note: MARS off: --verify strict, vLLM's own (lossless) verification"
+    assert err[2] == "mars: note: MARS off: --verify strict, vLLM's own (lossless) verification"
 
 
 def test_strict_without_a_drafter_is_plain_serving(capsys, tiny_dir):
@@ -77,14 +79,14 @@ def test_strict_without_a_drafter_is_plain_serving(capsys, tiny_dir):
 @pytest.mark.parametrize("args, passed", [
     # TARGET first, then ours and vLLM's mixed, then `--`
     (["{tiny}", "--port", "8123", "--draft", "ngram", "--enforce-eager", "--threshold", "0.5", "--",
-      "--host", "127.0.0.1"], ["--port", "8123", "--enforce-eager", "--host", "127.0.0.1"]),
-    # --target, then a pass-through flag: click offers "--port" as TARGET; it is taken back
-    (["--target", "{tiny}", "--port", "8123", "-tp", "1", "--draft", "ngram", "--threshold", "0.5",
-      "--served-model-name=tiny"], ["--port", "8123", "-tp", "1", "--served-model-name=tiny"]),
+      "--disable-log-requests"], ["--enforce-eager", "--disable-log-requests"]),
+    # --target, then a pass-through flag: click offers "-tp" as TARGET; it is taken back
+    (["--target", "{tiny}", "-tp", "1", "--port", "8123", "--draft", "ngram", "--threshold", "0.5",
+      "--served-model-name=tiny"], ["-tp", "1", "--served-model-name=tiny"]),
 ])
 def test_pass_through_flags_follow_ours_in_order(capsys, tiny_dir, args, passed):
     command, _ = dry_run(capsys, *[a.format(tiny=tiny_dir) for a in args])
-    assert command[2] == str(tiny_dir)
+    assert command[2] == str(tiny_dir) and value(command, "--port") == "8123"
     assert command[-len(passed):] == passed
     assert command.index("--additional-config") < len(command) - len(passed)
 
@@ -99,8 +101,8 @@ def test_embedded_target_takes_the_shipped_profile(capsys):
     assert mapping == {"resolved": True, "measure": "logit-ratio", "source": str(profile.path),
                        "greedy": profiles.raw_threshold(profile, "logit-ratio", 0.0),
                        "sampled": profiles.raw_threshold(profile, "logit-ratio", 1.0)}
-    assert err[0].endswith("(smollm2-135m)") and err[-1].startswith("mars: note: MARS on: logit-ratio theta ")
-    assert f"profile {profile.path}" in err[-1]
+    assert err[0].endswith("(smollm2-135m)") and err[2].startswith("mars: note: MARS on: logit-ratio theta ")
+    assert f"profile {profile.path}" in err[2]
 
 
 @needs_fingerprint
@@ -202,7 +204,7 @@ def test_serve_becomes_the_environments_vllm(capsys, tiny_dir, fake_env, monkeyp
         main(["serve", str(tiny_dir), "--draft", "ngram", "--threshold", "0.5", "--port", "8123"])
     path, argv, env = executed.value.args
     assert Path(path) == fake_env / "bin" / "vllm" and argv[0] == str(path)
-    assert argv[1:4] == ["serve", str(tiny_dir), "--dtype"] and argv[-2:] == ["--port", "8123"]
+    assert argv[1:4] == ["serve", str(tiny_dir), "--host"] and value(argv, "--port") == "8123"
     assert json.loads(argv[argv.index("--additional-config") + 1])["mars"]["greedy"] == 0.5
     assert env["LD_PRELOAD"] == str(fake_env / "lib" / "libiomp5.so")
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "3"  # the user's
@@ -222,7 +224,7 @@ def test_without_a_working_vllm_script_this_python_runs_vllms_cli(tiny_dir, fake
     path, argv, _ = executed.value.args
     assert path == sys.executable and argv[:5] == [sys.executable, "-m", "mars_cli.serving.serve", "serve",
                                                    str(tiny_dir)]
-    assert argv[-2:] == ["--port", "1"]
+    assert value(argv, "--port") == "1"
 
 
 def test_a_preload_the_user_set_is_kept(tiny_dir, fake_env, monkeypatch):
@@ -244,3 +246,41 @@ def test_split_target_keeps_pass_through_order():
     assert serve.split_target("m", None, ["--port", "1"]) == ("m", ("--port", "1"))
     assert serve.split_target("--port", "m", ["1", "--enforce-eager"]) == ("m", ("--port", "1", "--enforce-eager"))
     assert serve.split_target("m", "m", []) == ("m", ())
+
+
+@pytest.mark.parametrize("host, key, warned, where", [
+    (None, None, False, "http://127.0.0.1:8000 (this machine only, no API key)"),
+    ("::1", None, False, "http://[::1]:8000 (this machine only, no API key)"),
+    ("localhost", None, False, "http://localhost:8000 (this machine only, no API key)"),
+    ("0.0.0.0", None, True, "http://0.0.0.0:8000 (reachable from other machines, no API key)"),
+    ("my-host.example", None, True, "http://my-host.example:8000 (reachable from other machines, no API key)"),
+    ("0.0.0.0", "--api-key=k", False, "http://0.0.0.0:8000 (reachable from other machines, an API key required)"),
+    ("0.0.0.0", "env", False, "http://0.0.0.0:8000 (reachable from other machines, an API key required)"),
+])
+def test_the_server_listens_where_asked_and_warns_when_open(capsys, monkeypatch, tiny_dir, host, key, warned,
+                                                            where):
+    """127.0.0.1 unless --host is given (vLLM alone binds every interface); one warning line for
+    a server others can reach with no key; --dry-run shows where it will listen."""
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    if key == "env":
+        monkeypatch.setenv("VLLM_API_KEY", "k")
+    args = [str(tiny_dir), "--draft", "ngram", "--threshold", "0.5", *(["--host", host] if host else []),
+            *([key] if key not in (None, "env") else [])]
+    command, err = dry_run(capsys, *args)
+    assert value(command, "--host") == (host or "127.0.0.1")
+    assert err[3] == f"mars: note: listening on: {where}"
+    warnings = [line for line in err if line.startswith("mars: warning:")]
+    assert len(warnings) == int(warned)
+    if warned:
+        assert f"--host {host} serves the API to every machine" in warnings[0] and "--api-key" in warnings[0]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--", "--host", "0.0.0.0"], "--host is what `mars serve` writes from --host"),
+    (["--port", "0"], "--port must be between 1 and 65535"),
+    (["--host", " "], "--host must name an address"),
+])
+def test_host_and_port_are_checked(capsys, tiny_dir, args, says):
+    code = main(["serve", str(tiny_dir), "--draft", "ngram", "--threshold", "0.5", "--dry-run", *args])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 1 and says in err[0]

@@ -89,3 +89,46 @@ def test_llm_arguments_switch_mars_on_through_additional_config(tiny_dir):
     assert arguments["additional_config"] == {"mars": {"theta": 0.9}}
     assert arguments["per_request_spec_decode_metrics"] == "summary"
     assert "additional_config" not in llm_arguments(EngineSpec(str(tiny_dir), "ngram"), None)
+
+
+GOOD_RESOLVED = {"resolved": True, "measure": "logit-ratio", "greedy": 0.9, "sampled": 0.9, "source": "theta"}
+
+
+@pytest.mark.parametrize("forged, says", [
+    ({**GOOD_RESOLVED, "greedy": float("nan")}, '"greedy" must be a threshold in (0, 1]'),
+    ({**GOOD_RESOLVED, "greedy": -1}, '"greedy" must be a threshold in (0, 1]'),
+    ({**GOOD_RESOLVED, "sampled": 2}, '"sampled" must be a threshold in (0, 1]'),
+    ({**GOOD_RESOLVED, "greedy": 5, "sampled": 5}, '"greedy" must be a threshold in (0, 1]'),
+    ({**GOOD_RESOLVED, "greedy": "0.9"}, '"greedy" must be a threshold in (0, 1]'),
+    ({**GOOD_RESOLVED, "sampled": True}, '"sampled" must be a threshold in (0, 1]'),
+    ({**GOOD_RESOLVED, "measure": "bogus"}, '"measure" must be one of logit-ratio, prob-ratio'),
+    ({**GOOD_RESOLVED, "source": ""}, '"source" must name where'),
+    ({"resolved": True, "measure": "logit-ratio"}, 'with "resolved" must hold exactly'),  # crashed later with KeyError
+    ({"resolved": True}, 'with "resolved" must hold exactly'),
+    ({**GOOD_RESOLVED, "resolved": "yes"}, 'with "resolved" must hold exactly'),
+    ({**GOOD_RESOLVED, "resolved": 1}, 'with "resolved" must hold exactly'),
+    ({**GOOD_RESOLVED, "theta": 0.5}, 'with "resolved" must hold exactly'),
+])
+def test_a_mapping_claiming_to_be_resolved_is_checked_like_any_other(tiny_dir, forged, says):
+    """additional_config is user input: the marker of a resolved mapping skips no check, at
+    resolution and again where the sampler reads its thresholds."""
+    for read in (lambda: settings.resolve(forged, tiny_dir, speculative=True), lambda: settings.thresholds(forged)):
+        with pytest.raises(UserError) as raised:
+            read()
+        assert says in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_genuine_resolved_mapping_reads_back_as_itself(tiny_dir):
+    resolved = settings.resolve({"theta": 0.7}, tiny_dir, speculative=True)
+    assert settings.resolve(resolved, tiny_dir, speculative=True) == resolved
+    assert settings.thresholds(resolved).greedy == 0.7
+    with pytest.raises(UserError, match="add --speculative-config"):  # no speculative config: refused resolved too
+        settings.resolve(resolved, tiny_dir, speculative=False)
+
+
+@pytest.mark.parametrize("force", ["no", "false", 1, 0, None, "yes"])
+def test_force_must_be_a_boolean(tiny_dir, force):
+    """"force": "no" was taken as true (any non-empty string was)."""
+    other = str(SHIPPED_DIR / "gemma3-270m.yaml")
+    with pytest.raises(UserError, match='"force" must be true or false'):
+        settings.resolve({"profile": other, "force": force}, tiny_dir, speculative=True)

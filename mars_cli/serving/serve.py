@@ -10,6 +10,7 @@ process looks for profiles or fingerprints again. Flags mars does not know pass 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shlex
@@ -25,8 +26,11 @@ from . import engine, settings
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # `mars generate`'s names, all also vLLM's
 DEFAULT_DRAFT = "head"
 DEFAULT_NUM_DRAFT = 3
+DEFAULT_HOST = "127.0.0.1"  # this machine only: vLLM alone would bind every interface, with no key
+DEFAULT_PORT = 8000  # vLLM's
 # vLLM flags `mars serve` writes itself (from --draft/--num-draft, and the resolved "mars" mapping)
 OWNED_FLAGS = {"--speculative-config": "--draft and --num-draft", "-sc": "--draft and --num-draft",
+               "--host": "--host (before --)", "--port": "--port (before --)",
                "--additional-config": "--verify, --threshold, --calibration, --margin and --force"}
 # settings.py words its errors for additional_config; `mars serve` users typed flags
 IN_FLAG_TERMS = (('add "force": true', "pass --force"),
@@ -45,6 +49,8 @@ class ServeRequest:
     max_model_len: int | None = None  # None: vLLM's default, the model's context length
     seed: int | None = None  # None: vLLM's default (0)
     passthrough: tuple[str, ...] = ()  # for `vllm serve`, in the order given
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
 
     def validate(self) -> None:
         """The checks that need no model: each bad flag is one sentence."""
@@ -56,6 +62,8 @@ class ServeRequest:
         require(self.max_model_len is None or self.max_model_len >= 1,
                 f"--max-model-len must be at least 1, got {self.max_model_len}")
         check_seed(self.seed)
+        require(self.host.strip() != "", "--host must name an address (0.0.0.0 for every interface)")
+        require(1 <= self.port <= 65535, f"--port must be between 1 and 65535, got {self.port}")
         if verification.verify == "strict":
             given = [flag for flag, value in (("--threshold", verification.threshold),
                                               ("--calibration", verification.calibration)) if value is not None]
@@ -80,6 +88,9 @@ class ServePlan:
     speculative: dict[str, Any] | None
     mars: dict[str, Any] | None  # resolved (settings.RESOLVED)
     arguments: tuple[str, ...]  # after the program: ("serve", target_dir, ...)
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    api_key: bool = False  # whether requests must carry a key (--api-key, or VLLM_API_KEY set)
 
     def choices(self) -> list[str]:
         """One line per choice, for stderr."""
@@ -87,11 +98,41 @@ class ServePlan:
         drafter = json.dumps(self.speculative) if self.speculative is not None else "none (--draft none)"
         rule = settings.describe(self.mars) if self.mars is not None else \
             "MARS off: --verify strict, vLLM's own (lossless) verification"
-        return [f"target: {target}", f"speculative config: {drafter}", rule]
+        where = "this machine only" if is_loopback(self.host) else "reachable from other machines"
+        key = "an API key required" if self.api_key else "no API key"
+        return [f"target: {target}", f"speculative config: {drafter}", rule,
+                f"listening on: http://{_bracketed(self.host)}:{self.port} ({where}, {key})"]
+
+    def exposure(self) -> str | None:
+        """The warning line for a server others can reach with no key, else None."""
+        if is_loopback(self.host) or self.api_key:
+            return None
+        return (f"--host {self.host} serves the API to every machine that can reach this one, with no key: "
+                "pass --api-key KEY (or set VLLM_API_KEY), or leave out --host to listen on 127.0.0.1 only")
 
     def shell(self) -> str:
         """The command, quoted for a shell."""
         return shlex.join(["vllm", *self.arguments])
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is this machine only: a loopback address or "localhost"."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _has_api_key(passthrough: tuple[str, ...]) -> bool:
+    """Whether `vllm serve` will ask for a key: --api-key among the pass-through flags, or VLLM_API_KEY."""
+    given = any(argument == "--api-key" or argument.startswith("--api-key=") for argument in passthrough)
+    return given or bool(os.environ.get("VLLM_API_KEY"))
 
 
 def split_target(positional: str | None, flag: str | None, extra: list[str]) -> tuple[str, tuple[str, ...]]:
@@ -126,7 +167,7 @@ def plan(request: ServeRequest) -> ServePlan:
             resolved = settings.resolve(mapping, target_dir, speculative=speculative is not None)
         except UserError as exc:
             raise UserError(_in_flag_terms(str(exc))) from None
-    arguments = ["serve", target_dir, "--dtype", request.dtype]
+    arguments = ["serve", target_dir, "--host", request.host, "--port", str(request.port), "--dtype", request.dtype]
     if request.max_model_len is not None:
         arguments += ["--max-model-len", str(request.max_model_len)]
     if request.seed is not None:
@@ -135,7 +176,8 @@ def plan(request: ServeRequest) -> ServePlan:
         arguments += ["--speculative-config", json.dumps(speculative)]
     if resolved is not None:
         arguments += ["--additional-config", json.dumps({settings.KEY: resolved})]
-    return ServePlan(request.target, target_dir, speculative, resolved, (*arguments, *request.passthrough))
+    return ServePlan(request.target, target_dir, speculative, resolved, (*arguments, *request.passthrough),
+                     request.host, request.port, _has_api_key(request.passthrough))
 
 
 def _in_flag_terms(message: str) -> str:

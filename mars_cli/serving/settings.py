@@ -13,7 +13,9 @@ or "prob-ratio") and `force` (use a profile calibrated for another model). Witho
 profile, "auto"; without a matching profile, the paper's 0.9.
 
 Resolved once, in the process that builds vLLM's config; the resolved mapping (`RESOLVED`) is what
-the engine's processes read, so no worker looks for profiles or fingerprints again.
+the engine's processes read, so no worker looks for profiles or fingerprints again. The marker is
+not a pass: additional_config is user input, so a mapping that claims to be resolved is checked
+again, field by field, wherever it is read (`checked`), and is worth no more than a "theta" would be.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 KEY = "mars"  # the additional_config key
 KEYS = ("theta", "profile", "measure", "force")
 RESOLVED = "resolved"  # marks a mapping this module wrote: measure, greedy, sampled, source
+RESOLVED_KEYS = (RESOLVED, "measure", "greedy", "sampled", "source")
 
 
 def resolve(config: object, model: str | Path, speculative: bool) -> dict[str, Any]:
@@ -41,15 +44,18 @@ def resolve(config: object, model: str | Path, speculative: bool) -> dict[str, A
     names the fix for anything unusable."""
     if not isinstance(config, Mapping):
         raise UserError('additional_config "mars" must be a mapping, e.g. {"mars": {"theta": 0.9}}')
-    if config.get(RESOLVED):
-        return dict(config)
-    unknown = sorted(set(config) - set(KEYS))
-    if unknown:
-        raise UserError(f'unknown key {unknown[0]!r} in additional_config "mars" (expected {", ".join(KEYS)})')
     if not speculative:
         raise UserError('MARS changes speculative decoding\'s verification, but none is configured: add '
                         '--speculative-config (e.g. \'{"method": "ngram", "num_speculative_tokens": 3, '
                         '"prompt_lookup_max": 3}\') or drop "mars" from --additional-config')
+    if RESOLVED in config:
+        return checked(config)
+    unknown = sorted(set(config) - set(KEYS))
+    if unknown:
+        raise UserError(f'unknown key {unknown[0]!r} in additional_config "mars" (expected {", ".join(KEYS)})')
+    force = config.get("force", False)
+    if not isinstance(force, bool):
+        raise UserError(f'"force" must be true or false, got {force!r}')
     measure = config.get("measure", "logit-ratio")
     if measure not in MARGIN_MEASURES:
         raise UserError(f'"measure" must be one of {", ".join(MARGIN_MEASURES)}, got {measure!r}')
@@ -69,7 +75,7 @@ def resolve(config: object, model: str | Path, speculative: bool) -> dict[str, A
     else:
         profile = profiles.load(wanted)
         fingerprint = _fingerprint(model)
-        if profile.fingerprint != fingerprint and not config.get("force", False):
+        if profile.fingerprint != fingerprint and not force:
             raise UserError(f"profile {wanted} was calibrated for {profile.data['model']['name']!r}, not for the "
                             f"target {model} (fingerprint {profile.fingerprint[:12]}, the target's "
                             f'{fingerprint[:12]}); calibrate it with `mars calibrate` or add "force": true')
@@ -92,8 +98,30 @@ def mapping_for(verification: "VerifyOptions") -> dict[str, Any] | None:
     return mapping
 
 
+def checked(resolved: object) -> dict[str, Any]:
+    """A mapping that claims to be resolved, checked as if a user wrote it (one did, maybe): exactly
+    the resolved keys, the marker true, a known measure, both thresholds numbers in (0, 1]."""
+    if not isinstance(resolved, Mapping) or set(resolved) != set(RESOLVED_KEYS) or resolved[RESOLVED] is not True:
+        given = sorted(resolved) if isinstance(resolved, Mapping) else type(resolved).__name__
+        raise UserError(f'additional_config "mars" with "{RESOLVED}" must hold exactly {", ".join(RESOLVED_KEYS)} '
+                        f'({RESOLVED} true), got {given}; write {{"theta": ...}} or {{"profile": ...}} instead')
+    if resolved["measure"] not in MARGIN_MEASURES:
+        raise UserError(f'"measure" must be one of {", ".join(MARGIN_MEASURES)}, got {resolved["measure"]!r}')
+    for mode in ("greedy", "sampled"):
+        value = resolved[mode]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not 0 < value <= 1:
+            raise UserError(f'"{mode}" must be a threshold in (0, 1], got {value!r}')
+    if not isinstance(resolved["source"], str) or not resolved["source"]:
+        raise UserError(f'"source" must name where the thresholds came from, got {resolved["source"]!r}')
+    return {RESOLVED: True, "measure": resolved["measure"], "greedy": float(resolved["greedy"]),
+            "sampled": float(resolved["sampled"]), "source": resolved["source"]}
+
+
 def thresholds(resolved: Mapping[str, Any]) -> Thresholds:
-    return Thresholds(resolved["measure"], float(resolved["greedy"]), float(resolved["sampled"]))
+    """The sampler's setting from a resolved mapping, checked again (it came through user input)."""
+    valid = checked(resolved)
+    return Thresholds(valid["measure"], valid["greedy"], valid["sampled"])
 
 
 def describe(resolved: Mapping[str, Any]) -> str:
