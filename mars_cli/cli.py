@@ -14,6 +14,7 @@ from rich.console import Console
 from . import __version__, calibration
 from .errors import StaticCacheFull, UserError, require
 from .notes import note, warn
+from .paths import DISK_FULL, claim_output, release_outputs
 from .flags import DECODING, DECODING_FLAGS, MODEL, SAMPLING, decoding_flags
 from .options import DecodingOptions
 from .render import calibration_table, eval_table, stats_table
@@ -205,6 +206,8 @@ def calibrate(
         _check_writable_file(plot)
     job = calibration.Calibration(options, request)  # reads the prompts (quality=: the suites)
     _check_writable(request.destination)
+    claim_output(request.destination, "calibrate")  # its partial file too: one writer at a time
+    _remove_leftovers(request.destination, request.partial)
     job.load()  # the interrupted run's positions (--resume) and the target
     with _progress() as progress:
         def start_pass(stage: str, total: int) -> Callable[[int], None]:
@@ -290,6 +293,9 @@ def train_head(
         destination = out_path or user_head_dir() / f"{name}.safetensors"
         require(destination.suffix == ".safetensors", f"--out {destination}: an eagle1 head is a .safetensors file")
         _check_writable_file(destination)
+    claim_output(destination, "train-head")  # and its checkpoint: one writer at a time
+    _remove_leftovers(destination, checkpoint_path(destination), destination / "model.safetensors",
+                      destination / "config.json")
     training = HeadTraining(options.model, recipe, checkpoint_path(destination) if resume and not data_only else None)
     if data_only:
         with _progress() as progress:
@@ -606,6 +612,17 @@ def _check_writable_file(path: Path) -> None:
     check_can_create(parent, path)
 
 
+def _remove_leftovers(*paths: Path) -> None:
+    """Temporaries a killed run left beside its outputs (the output is claimed: no one else writes
+    them), removed with one note."""
+    from .paths import remove_leftovers
+
+    removed = sum(remove_leftovers(path) for path in paths)
+    if removed:
+        note(f"removed {removed} temporary file{'s' if removed > 1 else ''} an interrupted run left beside "
+             f"{paths[0]}")
+
+
 def _progress():
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -671,6 +688,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"mars: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.errno not in DISK_FULL or _tracebacks:
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"mars: error: {exc.strerror}{where}: free some space (or point --out, TMPDIR or MARS_CACHE "
+              "elsewhere); what was written before is kept", file=sys.stderr)
+        return 2
+    finally:
+        release_outputs()  # a command's outputs are its own until it ends (the process may go on: tests)
 
 
 def _advice(error: UserError) -> str:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
+from typing import Iterator
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # what a full disk (or a spent quota) raises
 
 
 def cache_dir() -> Path:
@@ -76,9 +81,62 @@ def write_atomic(path: Path, text: str) -> None:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as exc:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+            raise disk_full(path, exc) from None
         raise
+
+
+def disk_full(path: Path, error: BaseException):
+    """The one line for a write that found no space: which file, and that nothing before it is lost."""
+    from .errors import UserError
+
+    reason = getattr(error, "strerror", None) or os.strerror(errno.ENOSPC)
+    return UserError(f"cannot write {path}: {reason} (free some space there or write elsewhere; "
+                     "what was written before is kept)")
+
+
+def _out_of_space(error: BaseException, folder: Path) -> bool:
+    """Whether a failed write failed for want of space: ENOSPC/EDQUOT, or (torch and safetensors
+    report it in their own words) any error while the folder's file system has under 1 MiB free."""
+    if isinstance(error, OSError) and error.errno in DISK_FULL:
+        return True
+    if not isinstance(error, Exception):
+        return False
+    try:
+        status = os.statvfs(folder)
+    except OSError:
+        return False
+    return status.f_bavail * status.f_frsize < 1 << 20
+
+
+@contextlib.contextmanager
+def saving(path: Path, temporary: Path) -> Iterator[None]:
+    """Around the writing of `temporary` (renamed to `path` afterwards by the caller): on failure
+    the temporary goes, and a full disk becomes one line naming `path` (the earlier file stays)."""
+    try:
+        yield
+    except BaseException as exc:
+        temporary.unlink(missing_ok=True)
+        if _out_of_space(exc, temporary.parent):
+            raise disk_full(path, exc) from None
+        raise
+
+
+def remove_leftovers(path: Path) -> int:
+    """Delete the temporaries write_atomic left beside `path` when a process writing it was killed
+    (call with the output claimed: no live writer owns them). Returns how many there were."""
+    removed = 0
+    for leftover in [*path.parent.glob(f"{path.name}.*.tmp"), path.with_name(path.name + ".tmp")]:
+        if not leftover.is_file():
+            continue
+        try:
+            leftover.unlink()
+            removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 def check_can_create(directory: Path, what: Path) -> None:
@@ -94,3 +152,48 @@ def check_can_create(directory: Path, what: Path) -> None:
         raise UserError(f"cannot write {what}: {directory} does not accept new files") from None
     except OSError as exc:
         raise UserError(f"cannot write {what}: {exc.strerror or exc}") from None
+
+
+_claimed: dict[str, object] = {}  # output locks this process holds until it exits, by lock path
+
+
+def claim_output(path: Path, command: str) -> None:
+    """Hold, for the rest of this process, an exclusive lock on an output (a run directory, a
+    profile, a head), so that two mars processes never write the same one: the second stops in
+    one line naming the first. The lock file lives under $MARS_CACHE/locks (nothing is left beside
+    the user's files) and the kernel drops the lock when its holder dies, even by kill -9."""
+    import hashlib
+
+    from .errors import UserError
+
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX
+        return
+    key = hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:24]
+    lock_path = cache_dir() / "locks" / f"output-{key}.lock"
+    if str(lock_path) in _claimed:
+        return
+    create_directory(lock_path.parent.parent)
+    lock_path.parent.mkdir(exist_ok=True)
+    handle = open(lock_path, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another mars process"
+        handle.close()
+        raise UserError(f"{path} is being written by {holder}: wait for it to finish, or pick another --out") \
+            from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"mars {command} (pid {os.getpid()})")
+    handle.flush()
+    _claimed[str(lock_path)] = handle
+
+
+def release_outputs() -> None:
+    """Let go of every output this process claimed (at the end of a command)."""
+    for handle in _claimed.values():
+        handle.close()  # closing drops the flock
+    _claimed.clear()

@@ -46,10 +46,12 @@ def test_dry_run_has_the_drafter_and_the_resolved_mapping(capsys, tiny_dir):
     assert value(command, "--dtype") == "auto"  # vLLM's own choice
     assert "--max-model-len" not in command and "--seed" not in command  # vLLM's defaults
     assert (value(command, "--host"), value(command, "--port")) == ("127.0.0.1", "8000")  # this machine only
-    assert err == [f"mars: note: target: {tiny_dir}",
-                   f"mars: note: speculative config: {json.dumps(NGRAM)}",
-                   "mars: note: MARS on: logit-ratio theta 0.5 (greedy), 0.5 (sampled, at T = 1), given",
-                   "mars: note: listening on: http://127.0.0.1:8000 (this machine only, no API key)"]
+    assert err[:4] == [f"mars: note: target: {tiny_dir}",
+                       f"mars: note: speculative config: {json.dumps(NGRAM)}",
+                       "mars: note: MARS on: logit-ratio theta 0.5 (greedy), 0.5 (sampled, at T = 1), given",
+                       "mars: note: listening on: http://127.0.0.1:8000 (this machine only, no API key)"]
+    assert err[4:] == [] if "--kv-cache-memory-bytes" not in command else \
+        err[4].startswith("mars: note: vLLM on CPU: a KV cache of ")  # sized from the memory at hand
 
 
 def test_margin_num_draft_and_model_flags_map_onto_vllm(capsys, tiny_dir):

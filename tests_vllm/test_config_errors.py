@@ -21,6 +21,15 @@ def build(draft: str, mars: dict):
     ({"theta": 0.9}, "none", "add --speculative-config"),
     ({"profile": str(SHIPPED_DIR / "gemma3-270m.yaml")}, "ngram", "calibrated for 'gemma3-270m'"),
     ({"treshold": 0.9}, "ngram", "unknown key 'treshold'"),
+    # the marker of a resolved mapping is user input too: checked like the rest
+    ({"resolved": True, "measure": "logit-ratio"}, "ngram", 'with "resolved" must hold exactly'),
+    ({"resolved": True, "measure": "bogus", "greedy": 0.9, "sampled": 0.9, "source": "theta"}, "ngram",
+     '"measure" must be one of'),
+    ({"resolved": True, "measure": "logit-ratio", "greedy": float("nan"), "sampled": 0.9, "source": "theta"},
+     "ngram", '"greedy" must be a threshold in (0, 1]'),
+    ({"resolved": True, "measure": "logit-ratio", "greedy": 5, "sampled": 5, "source": "theta"}, "ngram",
+     '"greedy" must be a threshold in (0, 1]'),
+    ({"profile": str(SHIPPED_DIR / "gemma3-270m.yaml"), "force": "no"}, "ngram", '"force" must be true or false'),
 ])
 def test_bad_mars_settings_are_one_clear_error(mars, draft, says):
     with pytest.raises(Exception) as raised:

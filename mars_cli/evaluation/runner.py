@@ -17,7 +17,7 @@ import torch
 from ..decoding.stats import DecodeStats
 from ..decoding.verifiers import Verifier
 from ..errors import UserError, require
-from ..paths import create_directory, write_atomic
+from ..paths import DISK_FULL, claim_output, create_directory, disk_full, remove_leftovers, write_atomic
 from ..options import DecodingOptions
 from ..session import Session
 from . import execution
@@ -106,10 +106,15 @@ class SampleLog:
         self.records.append(record)
         if self.path is None:
             return
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:  # a torn last line is dropped by --resume, the lines before it kept
+            if exc.errno in DISK_FULL:
+                raise disk_full(self.path, exc) from None
+            raise
 
 
 def build_sessions(base: DecodingOptions, methods: list[Method], target) -> dict[str, Session]:
@@ -241,6 +246,8 @@ def prepare_out_dir(out_dir: Path | None, resume: bool, signature: dict) -> Path
     require(not out_dir.is_file(), f"--out {out_dir} is a file; name a directory")
     create_directory(out_dir)
     require(os.access(out_dir, os.W_OK), f"cannot write to {out_dir}")
+    claim_output(out_dir, "eval")  # a second eval (or --resume) on the same directory stops here
+    remove_leftovers(out_dir / "run.json")  # write_atomic's temporaries, from a run killed while writing
     run_file, samples = out_dir / "run.json", out_dir / "samples.jsonl"
     if resume:
         from ..inputs import LOG_LIMIT, check_file, read_text

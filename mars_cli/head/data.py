@@ -233,6 +233,8 @@ def extract_features(target: LoadedModel, sequences: list[Sequence], folder: Pat
     pooling new answers with old ones extracts only the new ones."""
     from safetensors.torch import load_file, save_file
 
+    from ..paths import saving
+
     folder.mkdir(parents=True, exist_ok=True)
     known = known or {}
     features: dict[int, torch.Tensor] = {}
@@ -262,7 +264,8 @@ def extract_features(target: LoadedModel, sequences: list[Sequence], folder: Pat
             if progress:
                 progress("features", len(features) + len(found), len(sequences))
         temporary = path.with_suffix(".tmp")
-        save_file({str(k): v for k, v in found.items()}, str(temporary))
+        with saving(path, temporary):
+            save_file({str(k): v for k, v in found.items()}, str(temporary))
         os.replace(temporary, path)
         features.update(found)
     return features

@@ -307,7 +307,7 @@ class PairHead(nn.Module, ABC):
         replace a good one under the same name."""
         from safetensors.torch import save_file
 
-        from ..paths import default_mode
+        from ..paths import default_mode, saving
 
         tensors = {name: (t.to(torch.float16) if t.is_floating_point() else t).contiguous().cpu()
                    for name, t in self.state_dict().items()}
@@ -318,6 +318,7 @@ class PairHead(nn.Module, ABC):
                             f"(training diverged: try a lower --lr)")
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".tmp")
-        save_file(tensors, str(temporary), metadata=metadata)
+        with saving(path, temporary):
+            save_file(tensors, str(temporary), metadata=metadata)
         os.chmod(temporary, default_mode(path))
         temporary.replace(path)

@@ -283,9 +283,12 @@ def _save_checkpoint(path: Path, head: PairHead, optimizer, step: int, losses: l
                      options: dict | None = None) -> None:
     """The training state, with the options it was made under (`options`: flag -> value) so that
     --resume can refuse other ones instead of mixing them in."""
+    from ..paths import saving
+
     temporary = path.with_name(path.name + ".tmp")
-    torch.save({"step": step, "head": head.state_dict(), "optimizer": optimizer.state_dict(), "losses": losses,
-                **({"options": options} if options is not None else {})}, temporary)
+    with saving(path, temporary):
+        torch.save({"step": step, "head": head.state_dict(), "optimizer": optimizer.state_dict(), "losses": losses,
+                    **({"options": options} if options is not None else {})}, temporary)
     os.replace(temporary, path)
 
 

@@ -21,7 +21,7 @@ from ..evaluation.runner import SampleLog, _trim_at_stop_string, rss_mb, task_sc
 from ..evaluation.suites import Sample, Suite
 from ..notes import note
 from ..options import DecodingOptions
-from . import settings
+from . import memory, settings
 from .engine import EngineSpec, build_llm, target_directory
 
 DEFAULT_NUM_DRAFT = 3  # vLLM drafts a fixed number per round; `--num-draft auto` takes this
@@ -64,17 +64,32 @@ def start_engines(methods: list[Method], options: DecodingOptions, enforce_eager
         drafter_of[method.name] = "none" if drafter == "none" else ("head" if drafter == "auto" else drafter)
         rule_of[method.name] = _rule(changed, target_dir) if changed.verification.verify == "mars" else None
     extra = {"enforce_eager": enforce_eager, "max_num_seqs": 256}
+    drafters = list(dict.fromkeys(drafter_of.values()))
+    kv_cache = memory.plan_kv_cache(target_dir, [target_directory(d) for d in drafters if _is_draft_model(d)], dtype,
+                                    _max_model_len(options), len(drafters))
+    if kv_cache is not None:  # on a CPU: sized from the memory at hand, shared by the run's engines
+        extra["kv_cache_memory_bytes"], line = kv_cache
+        note(line)
     specs = {drafter: EngineSpec(options.model.target, drafter, num_draft, dtype, _max_model_len(options),
-                                 options.sampling.seed or 0, extra)
-             for drafter in dict.fromkeys(drafter_of.values())}
+                                 options.sampling.seed or 0, extra) for drafter in drafters}
     engines = Engines({}, drafter_of, rule_of, specs)
     try:
         for drafter, spec in specs.items():
-            engines.by_drafter[drafter] = build_llm(spec, None)
+            try:
+                engines.by_drafter[drafter] = build_llm(spec, None)
+            except Exception as exc:  # noqa: BLE001 - vLLM reports a failed start as a bare RuntimeError
+                if isinstance(exc, UserError):
+                    raise
+                raise memory.start_failure(f"for --draft {drafter}", exc) from None
     except BaseException:
         engines.shutdown()
         raise
     return engines
+
+
+def _is_draft_model(drafter: str) -> bool:
+    """A drafter that is a model of its own (its weights count against memory), not none, n-gram or a head."""
+    return drafter not in ("none", "ngram") and drafter.partition(":")[0] != "head"
 
 
 def _rule(options: DecodingOptions, target_dir: str) -> dict:

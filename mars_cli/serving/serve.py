@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from ..errors import UserError, check_seed, require
 from ..options import VerifyOptions
-from . import engine, settings
+from . import engine, memory, settings
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # `mars generate`'s names, all also vLLM's
 DEFAULT_DRAFT = "head"
@@ -91,6 +91,7 @@ class ServePlan:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     api_key: bool = False  # whether requests must carry a key (--api-key, or VLLM_API_KEY set)
+    kv_cache: str | None = None  # on a CPU, what memory.py chose for the KV cache (None: vLLM's own sizing)
 
     def choices(self) -> list[str]:
         """One line per choice, for stderr."""
@@ -101,7 +102,8 @@ class ServePlan:
         where = "this machine only" if is_loopback(self.host) else "reachable from other machines"
         key = "an API key required" if self.api_key else "no API key"
         return [f"target: {target}", f"speculative config: {drafter}", rule,
-                f"listening on: http://{_bracketed(self.host)}:{self.port} ({where}, {key})"]
+                f"listening on: http://{_bracketed(self.host)}:{self.port} ({where}, {key})",
+                *([self.kv_cache] if self.kv_cache else [])]
 
     def exposure(self) -> str | None:
         """The warning line for a server others can reach with no key, else None."""
@@ -176,8 +178,14 @@ def plan(request: ServeRequest) -> ServePlan:
         arguments += ["--speculative-config", json.dumps(speculative)]
     if resolved is not None:
         arguments += ["--additional-config", json.dumps({settings.KEY: resolved})]
+    drafter_dirs = [speculative["model"]] if speculative is not None and speculative["method"] == "draft_model" else []
+    kv_cache = memory.plan_kv_cache(target_dir, drafter_dirs, request.dtype, request.max_model_len, 1,
+                                    request.passthrough)
+    if kv_cache is not None:  # on a CPU: sized from the memory at hand, not 92% of all RAM
+        arguments += ["--kv-cache-memory-bytes", str(kv_cache[0])]
     return ServePlan(request.target, target_dir, speculative, resolved, (*arguments, *request.passthrough),
-                     request.host, request.port, _has_api_key(request.passthrough))
+                     request.host, request.port, _has_api_key(request.passthrough),
+                     kv_cache[1] if kv_cache is not None else None)
 
 
 def _in_flag_terms(message: str) -> str:
