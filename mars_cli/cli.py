@@ -226,7 +226,8 @@ def calibrate(
 
 
 @app.command("train-head")
-@decoding_flags("model", "num_draft", without=("device_map", "compile", "packed_weights"), defaults={"num_draft": "4"})
+@decoding_flags("model", "num_draft", without=("device_map", "compile", "packed_weights", "engine"),
+                defaults={"num_draft": "4"})
 def train_head(
     *,
     options: DecodingOptions,  # the model flags and --num-draft, from @decoding_flags
@@ -327,7 +328,7 @@ def train_head(
 
 
 @app.command("tune")
-@decoding_flags("model", without=("device_map", "compile", "packed_weights", "dtype"))
+@decoding_flags("model", without=("device_map", "compile", "packed_weights", "dtype", "engine"))
 def tune_command(
     *,
     options: DecodingOptions,  # --target, --device and the trust flags, from @decoding_flags
@@ -409,7 +410,7 @@ def profile_command(
 
 
 @app.command("eval")
-@decoding_flags(*DECODING_FLAGS, defaults={"draft": "ngram"}, without=("verify",))
+@decoding_flags(*DECODING_FLAGS, defaults={"draft": "ngram"}, without=("verify", "engine"))
 def eval_command(
     suite: Annotated[str, typer.Option(
         "--suite", "-s", help="Comma-separated: chat, code, math, summarize, translate, all (the five), "
@@ -442,8 +443,9 @@ def eval_command(
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run in --out.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as one JSON object.")] = False,
     engine: Annotated[str, typer.Option(
-        "--engine", help="ours (the mars loop, one sample at a time) or vllm (vLLM with the MARS plugin, batched, "
-                         "chains only; needs `make setup-vllm`).")] = "ours",
+        "--engine", help="ours (the mars loop on transformers, one sample at a time), llama.cpp (the mars loop on "
+                         "llama.cpp: a GGUF target; needs `make setup-llamacpp`) or vllm (vLLM with the MARS plugin, "
+                         "batched, chains only; needs `make setup-vllm`).")] = "ours",
     batch_size: Annotated[int, typer.Option(
         "--batch-size", help="--engine vllm: samples decoded together (ours decodes one at a time).")] = 1,
 ) -> None:
@@ -467,7 +469,9 @@ def eval_command(
         from .evaluation.execution import sandbox_mode
 
         strict_sandbox = sandbox_mode(weak_sandbox)  # refuses (exit 2) before any model loads
-    require(engine in ("ours", "vllm"), f"--engine {engine}: expected ours or vllm")
+    require(engine in ("ours", "llama.cpp", "vllm"), f"--engine {engine}: expected ours, llama.cpp or vllm")
+    if engine == "llama.cpp":  # the mars loop, its target on llama.cpp
+        options = options.replace(engine="llama.cpp")
     on_vllm = engine == "vllm"
     require(on_vllm or batch_size == 1, "--batch-size needs --engine vllm (ours decodes one sample at a time)")
     if on_vllm:

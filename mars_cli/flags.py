@@ -107,6 +107,10 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
           help="Run the target's bfloat16 or float32 linear layers on weights packed once for the CPU's matrix "
                "kernels: 'on', 'off', or 'auto' (on where a measurement here says it pays: once per model, device, "
                "dtype and torch, cached). The same numbers up to the order of a sum's terms."),
+    _flag("engine", str, "transformers", "--engine", rich_help_panel=MODEL,
+          help="What runs the target: transformers (torch; any model) or llama.cpp (a GGUF file at its own "
+               "precision, through llama-cpp-python: `make setup-llamacpp`). Drafters and verification are ours "
+               "on both."),
     _flag("device_map", Optional[str], None, "--device-map", rich_help_panel=MODEL,
           help="'auto' spreads a target too large for one device over GPUs (and CPU) with accelerate."),
     _flag("trust_remote_code", bool, False, "--trust-remote-code", rich_help_panel=MODEL,
@@ -118,7 +122,7 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
 # The flags of each option group, named as DecodingOptions' groups (mars_cli/options.py); a name
 # a command asks for that is not a group is a single flag.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "model": ("target", "device", "dtype", "compile", "packed_weights", "device_map", "trust_remote_code",
+    "model": ("target", "device", "dtype", "compile", "packed_weights", "engine", "device_map", "trust_remote_code",
               "allow_pickle"),
     "drafting": ("draft", "num_draft", "draft_topk", "draft_tokens", "head_confidence", "int8_head", "draft_lookup"),
     "verification": ("verify", "threshold", "margin", "calibration", "force"),

@@ -44,6 +44,7 @@ class ModelOptions:
     allow_pickle: bool = False
     compile: str = "auto"  # static cache + compiled forwards: auto, on or off (decoding/target.py)
     packed_weights: str = "auto"  # bfloat16 and float32 linears on prepacked weights: auto, on or off (decoding/packing.py; auto: tuning/packing.py)
+    engine: str = "transformers"  # what runs the target's forward: transformers (torch) or llama.cpp (a GGUF file)
 
     def load(self, spec: str | None = None, *, dtype: torch.dtype | None = None,
              measure_dtypes: bool = False, speculative: bool = False) -> LoadedModel:
@@ -52,12 +53,21 @@ class ModelOptions:
         this one instead of --dtype's (a draft model in the dtype `auto` chose for its target);
         `measure_dtypes`: `mars profile --dtypes`; `speculative`: it will be decoded with drafting
         (`--dtype auto` chooses for that). The tuning layer settles the dtype (tuning/plan.py)."""
+        if self.engine == "llama.cpp":  # the GGUF at its own precision: no dtype to settle
+            from .llamacpp.target import load_target
+
+            require(spec is None, "--engine llama.cpp drafts with n-gram lookup or none: a draft model on the engine "
+                                  "is not built yet (use the default engine for draft models)")
+            require(self.dtype == "auto", f"--dtype {self.dtype}: --engine llama.cpp runs the GGUF file at its own "
+                                          "precision (leave --dtype auto)")
+            require(self.device in ("auto", "cpu"), f"--device {self.device}: --engine llama.cpp runs on the CPU")
+            return load_target(self.target)  # type: ignore[return-value]
         from .models import load_model
         from .tuning.plan import settle_dtype
 
         require(not (measure_dtypes and self.device_map), "--dtypes measures a target on one device: drop --device-map")
         settings: dict = asdict(self)
-        for name in ("target", "compile", "packed_weights"):  # how the scorer runs the model, not how it loads
+        for name in ("target", "compile", "packed_weights", "engine"):  # how the scorer runs it, not how it loads
             settings.pop(name)
         if spec is not None:
             settings["device_map"] = None
@@ -212,9 +222,11 @@ class DecodingOptions:
         require(self.model.compile in ("auto", "on", "off"), f"--compile {self.model.compile}: expected auto, on or off")
         require(self.model.packed_weights in ("auto", "on", "off"),
                 f"--packed-weights {self.model.packed_weights}: expected auto, on or off")
+        require(self.model.engine in ENGINES, f"--engine {self.model.engine}: expected {' or '.join(ENGINES)}")
         require(self.max_new_tokens >= 1, f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
         self.sampling.validate()
         self.drafting.validate()
 
 
+ENGINES = ("transformers", "llama.cpp")
 _OWN_FIELDS = tuple(f.name for f in fields(DecodingOptions) if f.name not in GROUPS)

@@ -71,6 +71,9 @@ class Session:
             sampling=options.sampling.params,
         )
         self.draft_model: LoadedModel | None = draft_model
+        if options.model.engine == "llama.cpp":
+            self._start_on_llamacpp()
+            return
         compiled = self._compiled = resolve_compile(options.model.compile, self.target)
         # before the cost curves: they time the forwards as this session runs them
         self.packing = plan.settle_packing(self.target, options.model.packed_weights, compiled)
@@ -96,6 +99,23 @@ class Session:
                  "earlier matches, as many as it finds", once=True)
         elif kind == "none" and drafting.draft_topk not in (1, "auto"):  # plain decoding: nothing to branch
             note(f"--draft {drafting.draft} proposes nothing; --draft-topk {drafting.draft_topk} is ignored")
+
+    def _start_on_llamacpp(self) -> None:
+        """The target's forwards on llama.cpp (llamacpp/): the GGUF at its own precision, so no
+        compile, packing or int8 head; drafters that read no hidden states (n-gram lookup, none)."""
+        from .llamacpp.scorer import LlamaScorer
+        from .tuning.packing import PackingChoice
+
+        spec = self.options.drafting.draft
+        require(spec in ("auto", "none", "ngram"),
+                f"--draft {spec}: --engine llama.cpp drafts with n-gram lookup (ngram, auto) or none; a draft head "
+                "reads the target's hidden states, which this engine does not hand over (use the default engine)")
+        self._compiled = False
+        self.packing = PackingChoice(False, problem="llama.cpp runs the target")
+        self.int8_head = int8.Int8Choice(False, problem="no draft head on llama.cpp")
+        self.scorer = LlamaScorer(self.target, self.target.engine)  # type: ignore[attr-defined]
+        device = self.target.device
+        self.drafter = NoDrafter(device) if spec == "none" else NgramDrafter(device, self._tree_shape(None))
 
     def _tree_shape(self, head: PairHead | None) -> TreeShape:
         """--draft-topk / --draft-tokens, `auto` ones from the target's measured cost curve and the
@@ -233,7 +253,7 @@ class Session:
         """After each prompt (`run` calls it; a caller of `stream` does, once its output is out):
         when this session's own target forwards no longer match the cached measurements it decodes
         by, make those entries provisional, with one note (tuning/drift.py)."""
-        if self._drift_found:
+        if self._drift_found or self.options.model.engine == "llama.cpp":  # (its entries: the cost curve only)
             return
         seconds, rounds = self._plain_timed
         self._plain_timed = seconds + stats.phase_s["target"], rounds + stats.rounds
@@ -315,6 +335,6 @@ class Session:
             int8_head=self.int8_head.used,
             draft_lookup=bool(getattr(self.drafter, "looks_up", False)),
             torch_version=torch.__version__,
-            threads=torch.get_num_threads(),
+            threads=getattr(self.scorer, "threads", None) or torch.get_num_threads(),
         )
         return resolved

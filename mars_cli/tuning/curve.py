@@ -56,6 +56,9 @@ def plain_step_ms(target) -> float | None:
 
 
 def scorer_key(scorer: "TargetScorer") -> dict:
+    own = getattr(scorer, "cost_key", None)  # another engine's scorer says what its costs depend on
+    if own is not None:
+        return own()
     target = scorer.target
     return curve_key(target.fingerprint, target.device, target.dtype, scorer.compiled, CONTEXT_TOKENS,
                      installed(target.model))

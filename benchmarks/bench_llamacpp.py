@@ -1,0 +1,136 @@
+"""Side by side on one GGUF: llama.cpp's own llama-bench, our `--engine llama.cpp` (plain, the
+default, MARS at 0.9 and 0.97) and our transformers engine (plain and default), tokens/s on the
+same held-out prompts, methods interleaved prompt by prompt. Run in .venv-llamacpp:
+
+    bash benchmarks/tools/build_llama_bench.sh          # llama-bench, same llama.cpp and flags
+    .venv-llamacpp/bin/python benchmarks/bench_llamacpp.py --out benchmarks/results/llamacpp/CPU.json
+
+Every run decodes NEW_TOKENS tokens past EOS (as llama-bench's -n does); tokens/s is new tokens
+over the decode's wall time after the prefill (llama-bench's tg excludes prompt processing too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mars_cli.evaluation.suites import load_suite  # noqa: E402
+from mars_cli.options import DecodingOptions  # noqa: E402
+from mars_cli.session import Session  # noqa: E402
+from mars_cli.tuning.machine import cpu_name  # noqa: E402
+
+NEW_TOKENS = 128
+METHODS = {  # name -> options (flat names)
+    "llama.cpp plain": {"engine": "llama.cpp", "draft": "none"},
+    "llama.cpp default": {"engine": "llama.cpp", "draft": "auto", "num_draft": "auto"},
+    "llama.cpp mars 0.9": {"engine": "llama.cpp", "draft": "auto", "num_draft": "auto", "verify": "mars",
+                           "threshold": 0.9},
+    "llama.cpp mars 0.97": {"engine": "llama.cpp", "draft": "auto", "num_draft": "auto", "verify": "mars",
+                            "threshold": 0.97},
+    "transformers plain": {"draft": "none"},
+    "transformers default": {"draft": "auto", "num_draft": "auto"},
+}
+
+
+def prompts(count: int) -> list[str]:
+    """Held-out prompts: chat, code and multiturn first turns, in turn."""
+    suites = [load_suite(name).samples for name in ("chat", "code", "multiturn")]
+    chosen = []
+    for index in range(count):
+        samples = suites[index % 3]
+        chosen.append(samples[index // 3 % len(samples)].turns[0])
+    return chosen
+
+
+def llama_bench(binary: str | None, gguf: str, threads: int, repeats: int) -> dict | None:
+    """llama-bench's plain generation (-p 0 -n NEW_TOKENS) on the GGUF: mean and sd tokens/s."""
+    if not binary:
+        return None
+    done = subprocess.run([binary, "-m", gguf, "-p", "0", "-n", str(NEW_TOKENS), "-t", str(threads), "-r",
+                           str(repeats), "-o", "json"], capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
+    rows = json.loads(done.stdout)
+    row = rows[0]
+    return {"tokens_per_s": row["avg_ts"], "sd": row["stddev_ts"], "build": row.get("build_commit"),
+            "cpu": row.get("cpu_info"), "threads": row.get("n_threads"), "type": row.get("model_type")}
+
+
+def decode_rate(session: Session, prompt: str) -> dict:
+    """One fixed-length decode: new tokens over the wall time after the prefill."""
+    settings = dataclasses.replace(session.settings(), max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    result = session.run(prompt, settings=settings)
+    stats = result.stats
+    decoding = stats.wall_s - stats.phase_s.get("prefill", 0.0)
+    return {"new_tokens": stats.new_tokens, "decode_s": decoding, "tau": stats.new_tokens / max(stats.rounds, 1),
+            "tokens": result.token_ids}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", default="smollm2-135m")
+    parser.add_argument("--prompts", type=int, default=6)
+    parser.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH"), help="llama-bench's path")
+    parser.add_argument("--repeats", type=int, default=5, help="llama-bench's -r")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    names = args.methods.split(",")
+    sessions = {name: Session(DecodingOptions.of(target=args.target, max_new_tokens=NEW_TOKENS, **METHODS[name]))
+                for name in names}
+    texts = prompts(args.prompts)
+    for name, session in sessions.items():  # warm-up: first forwards, cost curves, compiled kernels
+        decode_rate(session, texts[0])
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for index, prompt in enumerate(texts):
+        order = names[index % len(names):] + names[: index % len(names)]  # rotated: no method always first
+        for name in order:
+            runs[name].append(decode_rate(sessions[name], prompt))
+    llama = next(iter(s for s in sessions.values() if s.options.model.engine == "llama.cpp"), None)
+    gguf = llama.target.source if llama is not None else None
+    threads = llama.scorer.threads if llama is not None else os.cpu_count()
+    bench = llama_bench(args.llama_bench, gguf, threads, args.repeats) if gguf else None
+    table = {}
+    for name, rows in runs.items():
+        tokens = sum(r["new_tokens"] for r in rows)
+        seconds = sum(r["decode_s"] for r in rows)
+        table[name] = {"tokens_per_s": tokens / seconds, "tau": statistics.mean(r["tau"] for r in rows),
+                       "config": {k: v for k, v in sessions[name].config().items()
+                                  if k in ("engine", "drafter", "tree_topk", "tree_tokens", "dtype", "threads",
+                                           "verify", "threshold", "num_draft")}}
+    plain = table.get("llama.cpp plain", {}).get("tokens_per_s")
+    for name, row in table.items():
+        row["x_llamacpp_plain"] = row["tokens_per_s"] / plain if plain else None
+        row["x_llama_bench"] = row["tokens_per_s"] / bench["tokens_per_s"] if bench and "tokens_per_s" in bench \
+            else None
+    same = {name: all(a["tokens"] == b["tokens"] for a, b in zip(runs[name], runs["llama.cpp plain"]))
+            for name in names if name.startswith("llama.cpp") and "mars" not in name and "llama.cpp plain" in runs}
+    record = {"cpu": cpu_name(), "machine": platform.machine(), "target": args.target, "gguf": gguf,
+              "new_tokens": NEW_TOKENS, "prompts": len(texts), "llama_bench": bench, "table": table,
+              "strict_same_tokens_as_plain": same, "date": time.strftime("%Y-%m-%d"),
+              "build_flags": subprocess.run([sys.executable, str(REPO / "mars_cli/llamacpp/build_flags.py")],
+                                            capture_output=True, text=True).stdout.strip() or "native"}
+    text = json.dumps(record, indent=1)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    for name, row in table.items():
+        print(f"{name:24s} {row['tokens_per_s']:7.1f} tok/s  tau {row['tau']:.2f}  "
+              f"x plain {row['x_llamacpp_plain'] or 0:.2f}  x llama-bench {row['x_llama_bench'] or 0:.2f}")
+    if bench:
+        print(f"llama-bench tg{NEW_TOKENS}: {bench}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""`mars generate --engine llama.cpp` end to end on the embedded GGUF, and its one-line refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mars_cli.cli import main
+
+PROMPT = "List the days of the week, then list them again in the same order."
+
+
+def generate(capsys, *args: str) -> dict:
+    code = main(["generate", PROMPT, "--engine", "llama.cpp", "-n", "40", "--json", *args])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out)
+
+
+def test_the_default_and_fixed_trees_match_plain_decoding(capsys):
+    plain = generate(capsys, "--draft", "none")
+    default = generate(capsys)  # --draft auto: n-gram lookup on this engine (no head reads its states)
+    assert plain["config"]["engine"] == "llama.cpp" and default["config"]["drafter"] == "ngram"
+    assert default["token_ids"] == plain["token_ids"]  # strict: lossless
+    assert plain["config"]["dtype"].startswith("gguf-")
+    tree = generate(capsys, "--num-draft", "4", "--draft-topk", "4", "--draft-tokens", "16")
+    assert tree["token_ids"] == plain["token_ids"] and tree["stats"]["drafted"] > 0
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--draft", "head"], "--engine llama.cpp drafts with n-gram lookup"),
+    (["--dtype", "float32"], "runs the GGUF file at its own precision"),
+    (["--engine", "onnx"], "--engine onnx: expected transformers or llama.cpp"),
+])
+def test_refusals_are_one_line(capsys, args, says):
+    code = main(["generate", PROMPT, "--engine", "llama.cpp", "-n", "4", *args])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and err[-1].startswith("mars: error: ") and says in err[-1]
