@@ -142,13 +142,10 @@ class LlamaScorer:
     def threads(self) -> int:
         return self.engine.settings.thread_count()
 
-    def cost_key(self) -> dict:
-        """What this engine's forward costs depend on, for the cost curve's cache entry: the
-        machine and model (tuning/machine.py), the file's weight type, the engine and its threads."""
-        from ..tuning.curve import CONTEXT_TOKENS, curve_key
-
-        key = curve_key(self.target.fingerprint, self.target.device, self.target.dtype, False, CONTEXT_TOKENS)
-        return {**key, "engine": "llama.cpp", "binding": _binding_version(self.engine), "threads": self.threads}
+    def engine_key(self) -> dict:
+        """What this engine's forward costs depend on beyond the machine, model and weight type
+        (tuning/curve.py keys the cost curve's cache entry with it)."""
+        return {"engine": "llama.cpp", "binding": _binding_version(self.engine), "threads": self.threads}
 
     def tree_fits(self, width: int) -> bool:
         return True  # llama.cpp masks by sequence and position, sliding-window layers included

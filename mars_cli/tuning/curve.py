@@ -56,10 +56,10 @@ def plain_step_ms(target) -> float | None:
 
 
 def scorer_key(scorer: "TargetScorer") -> dict:
-    own = getattr(scorer, "cost_key", None)  # another engine's scorer says what its costs depend on
-    if own is not None:
-        return own()
     target = scorer.target
+    engine_key = getattr(scorer, "engine_key", None)  # another engine's scorer (llama.cpp) adds its own terms
+    if engine_key is not None:
+        return {**curve_key(target.fingerprint, target.device, target.dtype, False, CONTEXT_TOKENS), **engine_key()}
     return curve_key(target.fingerprint, target.device, target.dtype, scorer.compiled, CONTEXT_TOKENS,
                      installed(target.model))
 
