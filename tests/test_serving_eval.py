@@ -54,7 +54,7 @@ def test_a_batch_shares_its_wall_by_tokens_and_mars_counts_by_acceptance():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--engine", "spark"], "--engine spark: expected ours or vllm"),
+    (["--engine", "spark"], "--engine spark: expected ours, llama.cpp or vllm"),
     (["--batch-size", "4"], "--batch-size needs --engine vllm"),
     (["--engine", "vllm", "--methods", "strict:head+4x16"], "drafts chains"),
     (["--engine", "vllm", "--repeats", "2"], "drop --repeats"),

@@ -37,7 +37,8 @@ def markdown(results: dict) -> str:
              f"temperature {results['config']['temperature']}, {results['config']['threads']} threads, "
              f"torch {results['config']['torch_version']}, repeats {results['repeats']}"
              + (f", {results['config']['engine']} batches of {results['config']['batch_size']}"
-                if "engine" in results["config"] else "") + ".", "",
+                if "batch_size" in results["config"] else f", engine {results['config'].get('engine', 'transformers')}")
+             + ".", "",
              *[f"- `{name}`: threshold {spec['threshold']:g} ({spec['threshold_source']})"
                for name, spec in results["methods"].items() if "threshold" in spec and "threshold_source" in spec],
              "",
