@@ -27,7 +27,7 @@ from .decoding.verifiers import Verifier
 from .calibration.profiles import resolve_threshold
 from .errors import require
 from .models import LoadedModel
-from .tuning import clock, curve, drift, int8, machine, plan
+from .tuning import clock, curve, drift, int8, machine, plan, threads
 from .options import DecodingOptions
 from .prompts import encode_messages
 from .notes import note
@@ -48,6 +48,7 @@ class Session:
 
     _draft_length: AdaptiveDraftLength | None = None
     _curve: cost.CostCurve | None = None  # the widths measured or read so far
+    threads_choice: object = None  # --engine llama.cpp: the thread count measured (tuning/threads.py)
     _drift_found = False  # a drift was found and its entries made provisional (tuning/drift.py): once a session
     _plain_timed = (0.0, 0)  # the target seconds and rounds of the prompts decoded so far
 
@@ -114,6 +115,8 @@ class Session:
         self.packing = PackingChoice(False, problem="llama.cpp runs the target")
         self.int8_head = int8.Int8Choice(False, problem="no draft head on llama.cpp")
         self.scorer = LlamaScorer(self.target, self.target.engine)  # type: ignore[attr-defined]
+        self.threads_choice = threads.choose(self.scorer)  # before the cost curve: it is keyed by the count
+        self.scorer.set_threads(self.threads_choice.threads)
         device = self.target.device
         self.drafter = NoDrafter(device) if spec == "none" else NgramDrafter(device, self._tree_shape(None))
 
@@ -313,6 +316,10 @@ class Session:
             name: None if entry is None else {"value": entry[0], "cached": entry[1].cached,
                                               "provisional": entry[1].provisional}
             for name, entry in entries.items()}
+        chosen = self.threads_choice
+        if chosen is not None:
+            report["llamacpp_threads"] = {"value": chosen.threads, "cached": chosen.provenance.cached,
+                                          "provisional": chosen.provenance.provisional}
         report["seconds"] = clock.TALLY.seconds
         return report
 

@@ -45,6 +45,7 @@ class LlamaScorer:
         self.engine = engine
         self.max_length = engine.length
         self.committed = 0
+        self.threads = engine.settings.thread_count()
         self._branches = 0  # the leaf sequences of the last tree fed (1..branches), 0 for a chain
         self._leaf_of: list[int] = []
         self._fed: list[int] = []  # the tokens of the last scored rows (pending first)
@@ -138,9 +139,10 @@ class LlamaScorer:
         self.engine.remove(COMMITTED, length, -1)
         self.committed = min(self.committed, length)
 
-    @property
-    def threads(self) -> int:
-        return self.engine.settings.thread_count()
+    def set_threads(self, threads: int) -> None:
+        """Decode with `threads` threads from now on (tuning/threads.py measures which count)."""
+        self.engine.set_threads(threads)
+        self.threads = threads
 
     def engine_key(self) -> dict:
         """What this engine's forward costs depend on beyond the machine, model and weight type
