@@ -5,6 +5,7 @@ same held-out prompts, methods interleaved prompt by prompt. Run in .venv-llamac
     bash benchmarks/tools/build_llama_bench.sh          # llama-bench, same llama.cpp and flags
     .venv-llamacpp/bin/python benchmarks/bench_llamacpp.py --out benchmarks/results/llamacpp/CPU.json
 
+llama-bench runs after each round of prompts (interleaved, as our methods are among themselves).
 Every run decodes NEW_TOKENS tokens past EOS (as llama-bench's -n does); tokens/s is new tokens
 over the decode's wall time after the prefill (llama-bench's tg excludes prompt processing too).
 """
@@ -53,18 +54,24 @@ def prompts(count: int) -> list[str]:
     return chosen
 
 
-def llama_bench(binary: str | None, gguf: str, threads: int, repeats: int) -> dict | None:
+def llama_bench(binary: str, gguf: str, threads: int, repeats: int) -> dict:
     """llama-bench's plain generation (-p 0 -n NEW_TOKENS) on the GGUF: mean and sd tokens/s."""
-    if not binary:
-        return None
     done = subprocess.run([binary, "-m", gguf, "-p", "0", "-n", str(NEW_TOKENS), "-t", str(threads), "-r",
                            str(repeats), "-o", "json"], capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
-    rows = json.loads(done.stdout)
-    row = rows[0]
+    row = json.loads(done.stdout)[0]
     return {"tokens_per_s": row["avg_ts"], "sd": row["stddev_ts"], "build": row.get("build_commit"),
             "cpu": row.get("cpu_info"), "threads": row.get("n_threads"), "type": row.get("model_type")}
+
+
+def pooled_bench(runs: list[dict]) -> dict | None:
+    """The llama-bench runs interleaved with ours: their mean tokens/s, each run's, and its details."""
+    rates = [run["tokens_per_s"] for run in runs if "tokens_per_s" in run]
+    if not rates:
+        return runs[0] if runs else None
+    return {**runs[0], "tokens_per_s": statistics.mean(rates), "sd": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+            "runs": rates}
 
 
 def decode_rate(session: Session, prompt: str) -> dict:
@@ -82,7 +89,7 @@ def main() -> None:
     parser.add_argument("--target", default="smollm2-135m")
     parser.add_argument("--prompts", type=int, default=6)
     parser.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH"), help="llama-bench's path")
-    parser.add_argument("--repeats", type=int, default=5, help="llama-bench's -r")
+    parser.add_argument("--repeats", type=int, default=2, help="llama-bench's -r, after each round of prompts")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -92,15 +99,18 @@ def main() -> None:
     texts = prompts(args.prompts)
     for name, session in sessions.items():  # warm-up: first forwards, cost curves, compiled kernels
         decode_rate(session, texts[0])
+    llama = next(iter(s for s in sessions.values() if s.options.model.engine == "llama.cpp"), None)
+    gguf = llama.target.source if llama is not None else None
+    threads = llama.scorer.threads if llama is not None else os.cpu_count()
     runs: dict[str, list[dict]] = {name: [] for name in names}
+    bench_runs: list[dict] = []
     for index, prompt in enumerate(texts):
         order = names[index % len(names):] + names[: index % len(names)]  # rotated: no method always first
         for name in order:
             runs[name].append(decode_rate(sessions[name], prompt))
-    llama = next(iter(s for s in sessions.values() if s.options.model.engine == "llama.cpp"), None)
-    gguf = llama.target.source if llama is not None else None
-    threads = llama.scorer.threads if llama is not None else os.cpu_count()
-    bench = llama_bench(args.llama_bench, gguf, threads, args.repeats) if gguf else None
+        if args.llama_bench and gguf:  # interleaved too: a machine's speed drifts over minutes
+            bench_runs.append(llama_bench(args.llama_bench, gguf, threads, args.repeats))
+    bench = pooled_bench(bench_runs)
     table = {}
     for name, rows in runs.items():
         tokens = sum(r["new_tokens"] for r in rows)

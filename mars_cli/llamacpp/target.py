@@ -98,5 +98,5 @@ def file_type(engine: LlamaEngine) -> str:
 
     buffer = ctypes.create_string_buffer(256)
     engine.lib.llama_model_desc(engine.model, buffer, 256)
-    words = buffer.value.decode(errors="replace").split()  # e.g. "llama 135M Q4_1"
-    return words[-1] if words else "unknown"
+    words = buffer.value.decode(errors="replace").split(maxsplit=2)  # "llama 135M Q4_1", "gemma3 270M Q4_K - Medium"
+    return words[2].replace(" - ", "_").replace(" ", "_") if len(words) == 3 else "unknown"
