@@ -13,7 +13,6 @@ over the decode's wall time after the prefill (llama-bench's tg excludes prompt 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -23,12 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from interleaved import REPO, held_out_prompts, run_methods, summary  # noqa: E402
 
-from mars_cli.evaluation.suites import load_suite  # noqa: E402
-from mars_cli.options import DecodingOptions  # noqa: E402
-from mars_cli.session import Session  # noqa: E402
 from mars_cli.tuning.machine import cpu_name  # noqa: E402
 
 NEW_TOKENS = 128
@@ -42,16 +38,6 @@ METHODS = {  # name -> options (flat names)
     "transformers plain": {"draft": "none"},
     "transformers default": {"draft": "auto", "num_draft": "auto"},
 }
-
-
-def prompts(count: int) -> list[str]:
-    """Held-out prompts: chat, code and multiturn first turns, in turn."""
-    suites = [load_suite(name).samples for name in ("chat", "code", "multiturn")]
-    chosen = []
-    for index in range(count):
-        samples = suites[index % 3]
-        chosen.append(samples[index // 3 % len(samples)].turns[0])
-    return chosen
 
 
 def llama_bench(binary: str, gguf: str, threads: int, repeats: int) -> dict:
@@ -74,16 +60,6 @@ def pooled_bench(runs: list[dict]) -> dict | None:
             "runs": rates}
 
 
-def decode_rate(session: Session, prompt: str) -> dict:
-    """One fixed-length decode: new tokens over the wall time after the prefill."""
-    settings = dataclasses.replace(session.settings(), max_new_tokens=NEW_TOKENS, ignore_eos=True)
-    result = session.run(prompt, settings=settings)
-    stats = result.stats
-    decoding = stats.wall_s - stats.phase_s.get("prefill", 0.0)
-    return {"new_tokens": stats.new_tokens, "decode_s": decoding, "tau": stats.new_tokens / max(stats.rounds, 1),
-            "tokens": result.token_ids}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="smollm2-135m")
@@ -93,48 +69,46 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    names = args.methods.split(",")
-    sessions = {name: Session(DecodingOptions.of(target=args.target, max_new_tokens=NEW_TOKENS, **METHODS[name]))
-                for name in names}
-    texts = prompts(args.prompts)
-    for name, session in sessions.items():  # warm-up: first forwards, cost curves, compiled kernels
-        decode_rate(session, texts[0])
-    llama = next(iter(s for s in sessions.values() if s.options.model.engine == "llama.cpp"), None)
-    gguf = llama.target.source if llama is not None else None
-    threads = llama.scorer.threads if llama is not None else os.cpu_count()
-    runs: dict[str, list[dict]] = {name: [] for name in names}
+    methods = {name: METHODS[name] for name in args.methods.split(",")}
     bench_runs: list[dict] = []
-    for index, prompt in enumerate(texts):
-        order = names[index % len(names):] + names[: index % len(names)]  # rotated: no method always first
-        for name in order:
-            runs[name].append(decode_rate(sessions[name], prompt))
-        if args.llama_bench and gguf:  # interleaved too: a machine's speed drifts over minutes
-            bench_runs.append(llama_bench(args.llama_bench, gguf, threads, args.repeats))
+    state: dict = {}
+
+    def between() -> None:  # llama-bench after each round: a machine's speed drifts over minutes
+        if args.llama_bench and state.get("gguf"):
+            bench_runs.append(llama_bench(args.llama_bench, state["gguf"], state["threads"], args.repeats))
+
+    from mars_cli.llamacpp.target import gguf_file
+
+    state["gguf"] = str(gguf_file(args.target)) if any(m.get("engine") == "llama.cpp" for m in methods.values()) \
+        else None
+    state["threads"] = len(os.sched_getaffinity(0))
+    sessions, runs = run_methods(methods, held_out_prompts(args.prompts), NEW_TOKENS, {"target": args.target},
+                                 between)
+    llama = next((s for s in sessions.values() if s.options.model.engine == "llama.cpp"), None)
+    if llama is not None and llama.scorer.threads != state["threads"]:
+        note = f"ours decoded with {llama.scorer.threads} threads (measured), llama-bench with {state['threads']}"
+        print(note)
     bench = pooled_bench(bench_runs)
     table = {}
     for name, rows in runs.items():
-        tokens = sum(r["new_tokens"] for r in rows)
-        seconds = sum(r["decode_s"] for r in rows)
-        table[name] = {"tokens_per_s": tokens / seconds, "tau": statistics.mean(r["tau"] for r in rows),
-                       "config": {k: v for k, v in sessions[name].config().items()
-                                  if k in ("engine", "drafter", "tree_topk", "tree_tokens", "dtype", "threads",
-                                           "verify", "threshold", "num_draft")}}
+        table[name] = {**summary(rows), "config": {k: v for k, v in sessions[name].config().items()
+                                                     if k in ("engine", "drafter", "tree_topk", "tree_tokens", "dtype",
+                                                              "threads", "verify", "threshold", "num_draft")}}
     plain = table.get("llama.cpp plain", {}).get("tokens_per_s")
-    for name, row in table.items():
+    for row in table.values():
         row["x_llamacpp_plain"] = row["tokens_per_s"] / plain if plain else None
         row["x_llama_bench"] = row["tokens_per_s"] / bench["tokens_per_s"] if bench and "tokens_per_s" in bench \
             else None
     same = {name: all(a["tokens"] == b["tokens"] for a, b in zip(runs[name], runs["llama.cpp plain"]))
-            for name in names if name.startswith("llama.cpp") and "mars" not in name and "llama.cpp plain" in runs}
-    record = {"cpu": cpu_name(), "machine": platform.machine(), "target": args.target, "gguf": gguf,
-              "new_tokens": NEW_TOKENS, "prompts": len(texts), "llama_bench": bench, "table": table,
+            for name in runs if name.startswith("llama.cpp") and "mars" not in name and "llama.cpp plain" in runs}
+    record = {"cpu": cpu_name(), "machine": platform.machine(), "target": args.target, "gguf": state["gguf"],
+              "new_tokens": NEW_TOKENS, "prompts": args.prompts, "llama_bench": bench, "table": table,
               "strict_same_tokens_as_plain": same, "date": time.strftime("%Y-%m-%d"),
               "build_flags": subprocess.run([sys.executable, str(REPO / "mars_cli/llamacpp/build_flags.py")],
                                             capture_output=True, text=True).stdout.strip() or "native"}
-    text = json.dumps(record, indent=1)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
     for name, row in table.items():
         print(f"{name:24s} {row['tokens_per_s']:7.1f} tok/s  tau {row['tau']:.2f}  "
               f"x plain {row['x_llamacpp_plain'] or 0:.2f}  x llama-bench {row['x_llama_bench'] or 0:.2f}")
