@@ -56,8 +56,7 @@ class ModelOptions:
         if self.engine == "llama.cpp":  # the GGUF at its own precision: no dtype to settle
             from .llamacpp.target import load_target
 
-            require(spec is None, "--engine llama.cpp drafts with n-gram lookup or none: a draft model on the engine "
-                                  "is not built yet (use the default engine for draft models)")
+            require(spec is None, "--engine llama.cpp loads its draft model in the session (llamacpp/drafter.py)")
             require(self.dtype == "auto", f"--dtype {self.dtype}: --engine llama.cpp runs the GGUF file at its own "
                                           "precision (leave --dtype auto)")
             require(self.device in ("auto", "cpu"), f"--device {self.device}: --engine llama.cpp runs on the CPU")

@@ -108,9 +108,10 @@ class Session:
         from .tuning.packing import PackingChoice
 
         spec = self.options.drafting.draft
-        require(spec in ("auto", "none", "ngram"),
-                f"--draft {spec}: --engine llama.cpp drafts with n-gram lookup (ngram, auto) or none; a draft head "
-                "reads the target's hidden states, which this engine does not hand over (use the default engine)")
+        require(spec != "head" and not spec.startswith("head:"),
+                f"--draft {spec}: --engine llama.cpp drafts with n-gram lookup (ngram, auto), a GGUF draft model or "
+                "none; a draft head reads the target's hidden states, which this engine does not hand over (use the "
+                "default engine)")
         self._compiled = False
         self.packing = PackingChoice(False, problem="llama.cpp runs the target")
         self.int8_head = int8.Int8Choice(False, problem="no draft head on llama.cpp")
@@ -118,7 +119,17 @@ class Session:
         self.threads_choice = threads.choose(self.scorer)  # before the cost curve: it is keyed by the count
         self.scorer.set_threads(self.threads_choice.threads)
         device = self.target.device
-        self.drafter = NoDrafter(device) if spec == "none" else NgramDrafter(device, self._tree_shape(None))
+        if spec == "none":
+            self.drafter = NoDrafter(device)
+        elif spec in ("auto", "ngram"):
+            self.drafter = NgramDrafter(device, self._tree_shape(None))
+        else:  # a draft model, run by llama.cpp too (chains)
+            from .llamacpp.drafter import LlamaModelDrafter
+
+            if self.options.drafting.draft_topk not in (1, "auto"):
+                note(f"--draft {spec} on llama.cpp drafts chains; --draft-topk {self.options.drafting.draft_topk} "
+                     "is ignored", once=True)
+            self.drafter = LlamaModelDrafter(spec, self.target, self.options.sampling.params, self.scorer.threads)
 
     def _tree_shape(self, head: PairHead | None) -> TreeShape:
         """--draft-topk / --draft-tokens, `auto` ones from the target's measured cost curve and the

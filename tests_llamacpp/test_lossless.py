@@ -105,3 +105,35 @@ def test_each_tree_row_sees_only_its_ancestors(target, prompts):
         scorer.rewind(len(prompt) - 1)
         torch.testing.assert_close(scored[1 + node], chain[-1], atol=2e-2, rtol=1e-3)
         assert int(scored[1 + node].argmax()) == int(chain[-1].argmax())
+
+
+@pytest.mark.parametrize("num_draft", [2, 5])
+def test_a_gguf_draft_model_is_lossless(target, prompts, reference, num_draft):
+    """The same GGUF drafting for itself: every draft accepted (tau past num_draft) and the output
+    the engine's own, with the draft model's cache following the history round by round."""
+    from mars_cli.llamacpp.drafter import LlamaModelDrafter
+
+    drafter = LlamaModelDrafter(target.spec, target, SamplingParams(0.0), threads=2)
+    for prompt, expected in zip(prompts[:3], reference[:3]):
+        drafter.reset()
+        tokens, stats = ours(target, prompt, drafter, num_draft=num_draft)
+        assert tokens == expected
+        assert stats.accepted == stats.drafted > 0  # a model drafting for itself is always right
+
+
+def test_a_draft_model_samples_what_plain_sampling_draws(target, prompts):
+    """Seeded sampling: strict verification with the draft model emits the tokens plain sampling
+    draws with the same seed (the drafter draws with the sequence's own noise)."""
+    from mars_cli.decoding.sampling import PositionNoise
+    from mars_cli.decoding.stats import DecodeStats
+    from mars_cli.llamacpp.drafter import LlamaModelDrafter
+
+    params = SamplingParams(0.8)
+    verifier = Verifier(rule="strict", threshold=1.0, measure="logit-ratio", sampling=params)
+    outputs = []
+    for drafter in (NoDrafter(target.device), LlamaModelDrafter(target.spec, target, params, threads=2)):
+        scorer = LlamaScorer(target, target.engine)
+        noise = PositionNoise(7, target.vocab_size, target.device)
+        chunks = decode(scorer, drafter, verifier, prompts[1], DecodeSettings(32, 3), noise, DecodeStats())
+        outputs.append([t for chunk in chunks for t in chunk])
+    assert outputs[0] == outputs[1]
