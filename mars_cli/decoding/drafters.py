@@ -72,6 +72,17 @@ class Drafter(ABC):
             self.noise = PositionNoise(None, processed.shape[-1], processed.device)
         return coupled_sample(processed, self.noise.rows([position], processed.shape[-1], processed.device)[0])
 
+    def next_in_chain(self, logits: torch.Tensor, sampling: SamplingParams, position: int,
+                      finite: list[torch.Tensor]) -> torch.Tensor:
+        """A draft model's next chain token from its logits [V]: the argmax when greedy, else drawn
+        with the sequence's noise at `position` (whether its distribution was finite appended to
+        `finite`, read once a round)."""
+        processed = process_logits(logits, sampling)
+        if sampling.greedy:
+            return processed.argmax(dim=-1)
+        finite.append(self.finite(probabilities(processed)))
+        return self.draw(processed, position)
+
     @staticmethod
     def finite(q: torch.Tensor) -> torch.Tensor:
         """Whether q holds no NaN or inf, a bool on q's device: no host sync here, the drafter
@@ -237,12 +248,7 @@ class ModelDrafter(Drafter):
         tokens, finite = [], []
         for step in range(depth):
             logits = (self.cache.forward(feed).logits[0] if step == 0 else self._forward(feed))[-1]
-            processed = process_logits(logits, self.sampling)
-            if self.sampling.greedy:
-                token = processed.argmax(dim=-1)
-            else:
-                finite.append(self.finite(probabilities(processed)))
-                token = self.draw(processed, history.shape[0] + step)
+            token = self.next_in_chain(logits, self.sampling, history.shape[0] + step, finite)
             tokens.append(token)
             feed = token.reshape(1, 1)
         if not tokens:

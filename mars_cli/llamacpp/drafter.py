@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..decoding.drafters import Drafter
-from ..decoding.sampling import SamplingParams, probabilities, process_logits
+from ..decoding.sampling import SamplingParams
 from ..decoding.tree import CHAIN, DraftTree
 from ..errors import require
 from .engine import EngineSettings, LlamaEngine
@@ -61,12 +61,7 @@ class LlamaModelDrafter(Drafter):
         for step in range(depth):
             logits = self._feed(feed, position)
             position += len(feed)
-            processed = process_logits(torch.from_numpy(logits[-1]), self.sampling)
-            if self.sampling.greedy:
-                token = processed.argmax(dim=-1)
-            else:
-                finite.append(self.finite(probabilities(processed)))
-                token = self.draw(processed, history.shape[0] + step)
+            token = self.next_in_chain(torch.from_numpy(logits[-1]), self.sampling, history.shape[0] + step, finite)
             tokens.append(token)
             feed = [int(token)]
         self.cached = position  # the history and every draft but the last
