@@ -154,12 +154,13 @@ def check_can_create(directory: Path, what: Path) -> None:
         raise UserError(f"cannot write {what}: {exc.strerror or exc}") from None
 
 
-_claimed: dict[str, object] = {}  # output locks this process holds until it exits, by lock path
+_claimed: dict[str, object] = {}  # output locks this process holds, by lock path (released as a command ends)
 
 
 def claim_output(path: Path, command: str) -> None:
-    """Hold, for the rest of this process, an exclusive lock on an output (a run directory, a
-    profile, a head), so that two mars processes never write the same one: the second stops in
+    """Hold, until the command ends (cli.main releases it) or the process dies, an exclusive lock
+    on an output (a run directory, a profile, a head), so that two mars processes never write the
+    same one: the second stops in
     one line naming the first. The lock file lives under $MARS_CACHE/locks (nothing is left beside
     the user's files) and the kernel drops the lock when its holder dies, even by kill -9."""
     import hashlib
