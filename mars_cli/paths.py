@@ -160,9 +160,9 @@ _claimed: dict[str, object] = {}  # output locks this process holds, by lock pat
 def claim_output(path: Path, command: str) -> None:
     """Hold, until the command ends (cli.main releases it) or the process dies, an exclusive lock
     on an output (a run directory, a profile, a head), so that two mars processes never write the
-    same one: the second stops in
-    one line naming the first. The lock file lives under $MARS_CACHE/locks (nothing is left beside
-    the user's files) and the kernel drops the lock when its holder dies, even by kill -9."""
+    same one: the second stops in one line naming the first. The lock file lives under
+    $MARS_CACHE/locks (nothing is left beside the user's files), and the kernel drops the lock
+    when its holder dies, even by kill -9."""
     import hashlib
 
     from .errors import UserError
