@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +38,13 @@ def test_refusals_are_one_line(capsys, args, says):
     code = main(["generate", PROMPT, "--engine", "llama.cpp", "-n", "4", *args])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and err[-1].startswith("mars: error: ") and says in err[-1]
+
+
+def test_tune_measures_the_engines_own_choices(capsys):
+    """`mars tune --engine llama.cpp`: the thread count, then the width curve, cached."""
+    code = main(["tune", "--engine", "llama.cpp", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    rows = json.loads(captured.out)["choices"]
+    assert [row["what"] for row in rows] == ["thread count (llama.cpp)", "cost curve (x width 1)"]
+    assert all(Path(row["entry"]).is_file() for row in rows)

@@ -19,7 +19,7 @@ from ..decoding.packing import install, remove
 from ..decoding.target import TargetScorer
 from ..head.drafter import find_head, load_head
 from ..models import LoadedModel
-from . import clock, curve, dtype, int8, packing, store
+from . import clock, curve, dtype, int8, packing, store, threads
 
 Step = Callable[[], dict]
 SETTLINGS = 4  # close chain-or-tree calls settled in a row, at most, per drafter's figures
@@ -27,7 +27,12 @@ SETTLINGS = 4  # close chain-or-tree calls settled in a row, at most, per drafte
 
 def steps(target: LoadedModel, allow_pickle: bool = False) -> list[tuple[str, Step]]:
     """The measurements, in order, each returning its table row; `target` is loaded in float32 and
-    stays so until both dtype choices are measured (every candidate is measured from float32)."""
+    stays so until both dtype choices are measured (every candidate is measured from float32).
+    A target on llama.cpp has its own two: the thread count, then the cost curve at that count."""
+    from ..llamacpp.target import LlamaTarget
+
+    if isinstance(target, LlamaTarget):
+        return llamacpp_steps(target)
     state: dict = {}
 
     def dtypes(speculative: bool) -> Step:
@@ -83,6 +88,29 @@ def steps(target: LoadedModel, allow_pickle: bool = False) -> list[tuple[str, St
 
     return [("dtype for drafting sessions", dtypes(True)), ("dtype for plain sessions", dtypes(False)),
             ("packed linears", packed), ("cost curve", costs), ("int8 head", int8_rows)]
+
+
+def llamacpp_steps(target) -> list[tuple[str, Step]]:
+    """`--engine llama.cpp`: the thread count (threads.py), then the width curve with it."""
+    from ..llamacpp.scorer import LlamaScorer
+
+    scorer = LlamaScorer(target, target.engine)
+
+    def thread_count() -> dict:
+        choice = threads.choose(scorer, fresh=True, budget=clock.unbounded())
+        scorer.set_threads(choice.threads)
+        detail = ", ".join(f"{n}: {ms:.1f} ms" for n, ms in sorted(choice.ms_by_threads.items()))
+        return row("thread count (llama.cpp)", str(choice.threads), f"a block of {threads.STEPS} steps with {detail}",
+                   choice.provenance, store.cache_path(choice.key, threads.FOLDER))
+
+    def costs() -> dict:
+        measured = curve.curve_for(scorer, DEFAULT_WIDTHS, fresh=True)
+        widths = sorted(measured.ms_by_width)
+        detail = ", ".join(f"{w}: {measured.ms_by_width[w] / measured.ms_by_width[1]:.2f}x" for w in widths[1::4])
+        return row("cost curve (x width 1)", f"{measured.ms_by_width[1]:.1f} ms at width 1", detail, None,
+                   store.cache_path(measured.key, curve.FOLDER))
+
+    return [("thread count", thread_count), ("cost curve", costs)]
 
 
 def row(what: str, chosen: str, detail: str, provenance, entry) -> dict:
