@@ -26,14 +26,13 @@ AMX_OPTIONS = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
 
 
 def cpu_flags() -> set[str]:
+    """The processor's flags as /proc/cpuinfo lists them (none where it cannot be read)."""
     try:
         with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+            lines = [line for line in handle if line.startswith("flags")]
     except OSError:
-        pass
-    return set()
+        return set()
+    return set(lines[0].split(":", 1)[1].split()) if lines else set()
 
 
 def amx_usable() -> bool:

@@ -14,7 +14,9 @@ no binding (`make setup-llamacpp` builds it in `.venv-llamacpp`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,9 +59,8 @@ class LlamaEngine:
     def __init__(self, path: str | Path, settings: EngineSettings = EngineSettings()) -> None:
         lib = self.lib = binding()
         lib.llama_backend_init()
-        _install_silencer()
         if not os.environ.get("MARS_LLAMA_LOG"):  # llama.cpp's loading chatter off stderr unless asked for
-            lib.llama_log_set(_silent, ctypes.c_void_p(0))
+            lib.llama_log_set(_silencer(), ctypes.c_void_p(0))
         model_params = lib.llama_model_default_params()
         self.model = lib.llama_model_load_from_file(str(path).encode(), model_params)
         if not self.model:
@@ -133,20 +134,11 @@ class LlamaEngine:
             self.model = None
 
     def __del__(self) -> None:  # pragma: no cover - at interpreter exit the binding may be gone
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
 
-def _log_nothing(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    return None
-
-
-_silent = None  # the callback, made once the binding is imported (its type comes from the binding)
-
-
-def _install_silencer() -> None:
-    global _silent
-    if _silent is None:
-        _silent = binding().llama_log_callback(_log_nothing)
+@functools.cache
+def _silencer():
+    """A llama.cpp log callback that drops every line (kept alive here: llama.cpp holds its pointer)."""
+    return binding().llama_log_callback(lambda level, text, user_data: None)

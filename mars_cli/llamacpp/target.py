@@ -10,6 +10,7 @@ one engine are found on the other.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,8 +95,6 @@ def load_target(spec: str, settings: EngineSettings = EngineSettings()) -> Llama
 
 def file_type(engine: LlamaEngine) -> str:
     """The model's weight type as llama.cpp describes it ("Q4_1", "F16", ...)."""
-    import ctypes
-
     buffer = ctypes.create_string_buffer(256)
     engine.lib.llama_model_desc(engine.model, buffer, 256)
     words = buffer.value.decode(errors="replace").split(maxsplit=2)  # "llama 135M Q4_1", "gemma3 270M Q4_K - Medium"
