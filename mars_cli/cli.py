@@ -437,6 +437,26 @@ def eval_command(
     max_quality_drop: Annotated[Optional[float], typer.Option(
         "--max-quality-drop", rich_help_panel="Gates",
         help="Fail (exit 1) if a method's task metric, or its ROUGE-L agreement with vanilla, drops by more.")] = None,
+    baseline: Annotated[Optional[Path], typer.Option(
+        "--baseline", rich_help_panel="Gates",
+        help="A stored run (its directory or results.json) to compare every figure with, paired by sample, "
+             "with 95% intervals. Refused when the target, head, dtype, token budget, temperature, engine or "
+             "suites differ.")] = None,
+    baseline_ignore: Annotated[Optional[str], typer.Option(
+        "--baseline-ignore", rich_help_panel="Gates",
+        help="Comma-separated identity keys that may differ from the baseline: target, head, dtype, "
+             "max_new_tokens, temperature, engine, suites.")] = None,
+    max_regression: Annotated[Optional[str], typer.Option(
+        "--max-regression", rich_help_panel="Gates",
+        help="With --baseline: fail (exit 1) where a figure's interval lies wholly below the baseline less its "
+             "tolerance, e.g. tau=0.05,modelled=0.05,task=0.02. tau, modelled and speedup are relative (0.05: "
+             "5%); task, agreement and logprob absolute.")] = None,
+    save_baseline: Annotated[Optional[Path], typer.Option(
+        "--save-baseline", rich_help_panel="Gates",
+        help="Also write this run's results.json (per-sample figures included) into DIR, as a baseline.")] = None,
+    junit: Annotated[Optional[Path], typer.Option(
+        "--junit", rich_help_panel="Gates",
+        help="Write the gates as JUnit XML: one test case per suite x method x gate.")] = None,
     allow_code_execution: Annotated[bool, typer.Option(
         "--allow-code-execution", help="Run generated code to score code suites (sandboxed subprocess).")] = False,
     weak_sandbox: Annotated[bool, typer.Option(
@@ -457,14 +477,21 @@ def eval_command(
     from .evaluation import report as reporting
     from .evaluation import runner as ev
     from .evaluation.methods import parse_methods, parse_sweep, parse_tree_sweep
-    from .evaluation.results import Gates, build_results, describe_sessions, run_signature
+    from .evaluation.results import Gates, build_results, describe_sessions, determinism, run_signature
     from .evaluation.suites import load_suites
 
     options.validate()  # --seed too (check_seed)
     require(repeats >= 1, f"--repeats must be at least 1, got {repeats}")
     require(limit is None or limit >= 1, f"--limit must be at least 1, got {limit}")
-    gates = Gates(min_speedup, max_quality_drop)
+    from .evaluation import baseline as baselines
+    from .evaluation import ci
+
+    gates = Gates(min_speedup, max_quality_drop, baselines.parse_regressions(max_regression))
     gates.validate()
+    require(baseline is not None or not (gates.max_regression or baseline_ignore),
+            "--max-regression and --baseline-ignore compare with a stored run: add --baseline PATH")
+    ignored = baselines.parse_ignore(baseline_ignore)
+    stored = baselines.load(baseline) if baseline is not None else None  # refused before any model loads
     method_list = parse_methods(methods, parse_sweep(sweep) if sweep else [],
                                 parse_tree_sweep(sweep_tree) if sweep_tree else None)
     specs, suites = load_suites(suite, limit, allow_code_execution)
@@ -500,6 +527,12 @@ def eval_command(
     try:
         if on_vllm:  # vLLM compiles its forwards unless told not to: --compile off runs it eagerly
             engines = vllm_eval.start_engines(method_list, options, enforce_eager=options.model.compile == "off")
+            described = vllm_eval.describe(engines, method_list, options, batch_size)
+        else:
+            described = describe_sessions(method_list, sessions)
+        identity = ev.run_identity(described[0], suites, sessions, options)
+        if stored is not None:  # before any sample runs
+            baselines.check_comparable(identity, stored, ignored, baseline)
         with _progress() as progress:
             task = progress.add_task("evaluating", total=total)
             advance = lambda name: progress.update(task, advance=1, description=f"evaluating ({name})")  # noqa: E731
@@ -512,14 +545,23 @@ def eval_command(
         interrupted = True
     finally:
         if engines is not None:
-            described = vllm_eval.describe(engines, method_list, options, batch_size)
             engines.shutdown()
-    if sessions is not None:
-        described = describe_sessions(method_list, sessions)
-    results, failures = build_results(_reproduce_command("eval"), suites, method_list, described, repeats,
-                                      not interrupted, log.records, gates)
+    if stored is not None:
+        baselines.check_samples(log.records, stored["samples"], baseline)
+        curve = {**stored["cost_curve"], "source": f"the baseline's ({baseline})"} if stored.get("cost_curve") else None
+    else:
+        curve = None if interrupted else ev.cost_curve(sessions or {}, log.records)
+    results, failures = build_results(
+        _reproduce_command("eval"), suites, method_list, described, repeats, not interrupted, log.records, gates,
+        identity=identity, cost_curve=curve, determinism=determinism(options, method_list, str(described[0].get("dtype"))),
+        baseline=(stored, str(baseline)) if stored is not None else None)
     if out_dir is not None:
         reporting.write_all(results, out_dir, with_plots=not interrupted)
+    if save_baseline is not None and not interrupted:
+        ci.save_baseline(results, save_baseline)
+    if junit is not None:
+        ci.write_junit(results, junit)
+    ci.report_to_github(results, reporting.markdown(results))
     if interrupted:
         err.print(f"interrupted: {len(log.records)} finished samples kept" + (f" in {out_dir}; rerun with --resume" if out_dir else ""))
         raise KeyboardInterrupt

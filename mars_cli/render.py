@@ -246,14 +246,15 @@ def tune_table(rows: list[dict], machine: dict) -> Table:
 
 
 def eval_table(scope: str, rows: list[dict]) -> Table:
-    """One `mars eval` table: speed and quality per method."""
+    """One `mars eval` table: speed and quality per method (the wall speedup with its interval;
+    report.md has the others')."""
     from .evaluation.report import COLUMNS, cell
 
     table = Table(title=f"suite: {scope}", title_justify="left")
     for header, _, _ in COLUMNS:
         table.add_column(header, justify="left" if header == "method" else "right", no_wrap=header == "method")
     for row in rows:
-        table.add_row(*(cell(row, key, spec) for _, key, spec in COLUMNS))
+        table.add_row(*(cell(row, key, spec, intervals=("speedup",)) for _, key, spec in COLUMNS))
     return table
 
 

@@ -133,7 +133,7 @@ def decode(
         length += len(emitted)
         produced += len(emitted)
         pending = emitted_tensor[-1:].to(target.device)
-        stats.record(verdict, tree, len(emitted), logprob, margins=settings.record_margins)
+        stats.record(verdict, tree, len(emitted), logprob, margins=settings.record_margins, width=scored.width)
         if reason is None and stop_checker.hit(history[:length]):
             reason = "stop_string"
         clock.lap("other")

@@ -70,6 +70,7 @@ class DecodeStats:
     drafted_at: list[int] = field(default_factory=list)  # per draft position (0-based)
     accepted_at: list[int] = field(default_factory=list)
     accepted_per_round: Counter = field(default_factory=Counter)
+    widths: Counter = field(default_factory=Counter)  # target forwards by width fed (the prefill apart)
     round_ends: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, tokens so far)
     margins: list[float] = field(default_factory=list)
     tree_rounds: int = 0  # rounds that drafted a branching tree (not a chain)
@@ -81,11 +82,12 @@ class DecodeStats:
     finish_reason: str = ""
 
     def record(self, verdict: Verdict, tree: DraftTree, emitted: int, logprob: float = 0.0,
-               margins: bool = True) -> None:
+               margins: bool = True, width: int | None = None) -> None:
         """One round: the drafted `tree`, the `verdict` on it, the `emitted` tokens that stood
         (the accepted path and the target's own, cut at EOS or the budget) and their summed
         log-probability. Per-position acceptance is per depth: a chain's positions are its depths.
-        `margins`: keep the verdict's margins (MARS) for the margin histogram."""
+        `margins`: keep the verdict's margins (MARS) for the margin histogram; `width`: the
+        positions the round's target forward fed (padding included), which its cost depends on."""
         accepted = min(len(verdict.accepted_positions), emitted)
         depth = tree.depth
         self.rounds += 1
@@ -99,6 +101,7 @@ class DecodeStats:
         if margins and verdict.margins is not None:
             self.margins.extend(verdict.margins.tolist())
         self.accepted_per_round[accepted] += 1
+        self.widths[width if width is not None else tree.size + 1] += 1
         if not tree.is_chain():
             self.tree_rounds += 1
             self.tree_nodes += tree.size
@@ -125,6 +128,7 @@ class DecodeStats:
             self.drafted_at[position] += drafted
             self.accepted_at[position] += accepted
         self.accepted_per_round.update(other.accepted_per_round)
+        self.widths.update(other.widths)
         self.max_depth = max(self.max_depth, other.max_depth)
         self.round_ends.extend((offset_s + t, offset_tokens + n) for t, n in other.round_ends)
         self.margins.extend(other.margins)
@@ -159,6 +163,7 @@ class DecodeStats:
             "margins": [round(m, 5) for m in self.margins],  # MARS: margins of the examined positions
             "mean_logprob": self.sum_logprob / self.new_tokens if self.new_tokens else 0.0,
             "accepted_length_histogram": {str(k): v for k, v in sorted(self.accepted_per_round.items())},
+            "forwards_by_width": {str(w): n for w, n in sorted(self.widths.items())},
             "tree": {"rounds": self.tree_rounds, "mean_nodes": self.tree_nodes / self.tree_rounds,
                      "max_depth": self.max_depth} if self.tree_rounds else None,
             "time_s": dict(self.phase_s),

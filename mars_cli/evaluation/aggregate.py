@@ -1,33 +1,66 @@
 """`mars eval`'s table: finished sample records folded into one row per method and suite.
 
 Kept apart from running so the table can be rebuilt from samples.jsonl alone (a resumed or
-interrupted run, another front end) without importing torch or a session."""
+interrupted run, another front end) without a session. Each row carries the 95% intervals of
+its speed figures (figures.py defines them, bootstrap.py resamples the samples)."""
 
 from __future__ import annotations
 
 import statistics
 
+from ..decoding.cost import CostCurve
+from .figures import METRICS, forwards_per_token, sample_figures, within
 from .methods import Method
 from .metrics import rouge_l, token_agreement
 
+INTERVAL_METRICS = ("tau", "speedup", "modelled")  # the speed figures a row gives intervals for
 
-def aggregate(records: list[dict], methods: list[Method], suites: list[str]) -> dict:
-    """Per suite and overall: one row per method, speed and quality side by side."""
+
+def scopes(suites: list[str]) -> list[str]:
+    """The table's scopes: each suite, and "all" across several."""
+    return [*suites, "all"] if len(suites) > 1 else list(suites)
+
+
+def aggregate(records: list[dict], methods: list[Method], suites: list[str], curve: CostCurve | None = None) -> dict:
+    """Per suite and overall: one row per method, speed and quality side by side. `curve` prices
+    the target forwards for the modelled speedup (none: no modelled speedup)."""
     table: dict[str, list[dict]] = {}
-    for scope in [*suites, "all"] if len(suites) > 1 else suites:
+    figures = sample_figures(records)
+    for scope in scopes(suites):
         chosen = [r for r in records if scope == "all" or r["suite"] == scope]
+        chosen_figures = [f for f in figures if scope == "all" or f["suite"] == scope]
         vanilla = {(r["suite"], r["sample_id"]): r for r in chosen if r["method"] == "vanilla"}
+        vanilla_figures = {(f["suite"], f["sample_id"]): f for f in chosen_figures if f["method"] == "vanilla"}
         rows = []
         for method in methods:
             mine = [r for r in chosen if r["method"] == method.name]
             if not mine:
                 continue
-            rows.append(method_row(method.name, mine, vanilla))
+            row = method_row(method.name, mine, vanilla)
+            row.update(speed_figures([f for f in chosen_figures if f["method"] == method.name], vanilla_figures, curve))
+            rows.append(row)
         base = next((row for row in rows if row["method"] == "vanilla"), None)
         for row in rows:
             row["speedup"] = row["tokens_per_s"] / base["tokens_per_s"] if base and base["tokens_per_s"] else None
+            if base is None:
+                row["intervals"].pop("speedup", None)
         table[scope] = rows
     return table
+
+
+def speed_figures(mine: list[dict], vanilla: dict, curve: CostCurve | None) -> dict:
+    """Forwards per token, mean width, the modelled speedup and the speed figures' intervals."""
+    per_token, mean_width = forwards_per_token(mine)
+    intervals = {}
+    modelled = None
+    for name in INTERVAL_METRICS:
+        found = within(METRICS[name], mine, vanilla, curve)
+        if found is not None:
+            intervals[METRICS[name].key] = [found.low, found.high]
+            if name == "modelled":
+                modelled = found.estimate
+    return {"forwards_per_token": per_token, "mean_width": mean_width, "modelled_speedup": modelled,
+            "intervals": intervals}
 
 
 def _histogram(counts) -> dict[str, int]:

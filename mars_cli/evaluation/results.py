@@ -6,22 +6,25 @@ that tests and other front ends can call, and the CLI only renders it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import require
 from ..options import DecodingOptions
 from ..session import Session
-from .aggregate import aggregate
+from .aggregate import aggregate, scopes
+from .baseline import compare, regression_gates
+from .figures import curve_from, sample_figures
 from .methods import Method
 from .suites import Suite
 
 
 @dataclass(frozen=True)
 class Gates:
-    """CI thresholds (--min-speedup, --max-quality-drop); None leaves a gate off."""
+    """CI thresholds (--min-speedup, --max-quality-drop, --max-regression); None or {} leaves a gate off."""
 
     min_speedup: float | None = None
     max_quality_drop: float | None = None
+    max_regression: dict[str, float] = field(default_factory=dict)  # figure -> tolerance, against --baseline
 
     def validate(self) -> None:
         for name, value in (("--min-speedup", self.min_speedup), ("--max-quality-drop", self.max_quality_drop)):
@@ -29,28 +32,50 @@ class Gates:
 
     @property
     def active(self) -> bool:
-        return self.min_speedup is not None or self.max_quality_drop is not None
+        return self.min_speedup is not None or self.max_quality_drop is not None or bool(self.max_regression)
 
 
-def check_gates(rows: list[dict], min_speedup: float | None, max_quality_drop: float | None) -> list[str]:
-    """Failures, each a sentence naming the method and the figure; empty when all pass."""
-    failures = []
+def _outcome(scope: str, method: str, gate: str, failure: str | None, passed_message: str) -> dict:
+    return {"scope": scope, "method": method, "gate": gate, "passed": failure is None,
+            "message": failure or passed_message}
+
+
+def check_gates(rows: list[dict], min_speedup: float | None, max_quality_drop: float | None,
+                scope: str = "all") -> list[dict]:
+    """One outcome per method and gate: {"scope", "method", "gate", "passed", "message"}. The speed
+    gate fails only when the speedup's whole interval (from the per-sample ratios) is below the
+    limit; a row without an interval is judged on its figure."""
+    outcomes = []
     base = next((row for row in rows if row["method"] == "vanilla"), None)
     for row in rows:
-        if row["method"] == "vanilla":
+        name = row["method"]
+        if name == "vanilla":
             continue
-        if min_speedup is not None and (row["speedup"] or 0.0) < min_speedup:
-            failures.append(f"{row['method']}: speedup {row['speedup']:.3f}x < {min_speedup}x")
+        if min_speedup is not None:
+            speedup = row["speedup"] or 0.0
+            low, high = row.get("intervals", {}).get("speedup", (speedup, speedup))
+            span = f"{speedup:.3f}x [{low:.3f}, {high:.3f}]"
+            failure = (f"{name}: speedup {span}: the whole interval is below {min_speedup}x"
+                       if high < min_speedup else None)
+            outcomes.append(_outcome(scope, name, "min-speedup", failure,
+                                     f"{name}: speedup {span}: {min_speedup}x is not above its interval"))
         if max_quality_drop is None:
             continue
+        failure = None
         if base and base["task_metric"] is not None and row["task_metric"] is not None:
             drop = base["task_metric"] - row["task_metric"]
             if drop > max_quality_drop:
-                failures.append(f"{row['method']}: task metric drops by {drop:.3f} > {max_quality_drop}")
-        if row["agreement_rouge_l"] is not None and 1 - row["agreement_rouge_l"] > max_quality_drop:
-            failures.append(f"{row['method']}: agreement with vanilla (ROUGE-L) {row['agreement_rouge_l']:.3f} "
-                            f"is more than {max_quality_drop} below 1")
-    return failures
+                failure = f"{name}: task metric drops by {drop:.3f} > {max_quality_drop}"
+        if failure is None and row["agreement_rouge_l"] is not None and 1 - row["agreement_rouge_l"] > max_quality_drop:
+            failure = (f"{name}: agreement with vanilla (ROUGE-L) {row['agreement_rouge_l']:.3f} "
+                       f"is more than {max_quality_drop} below 1")
+        outcomes.append(_outcome(scope, name, "max-quality-drop", failure,
+                                 f"{name}: task metric and agreement within {max_quality_drop} of vanilla"))
+    return outcomes
+
+
+def failures_of(outcomes: list[dict]) -> list[str]:
+    return [o["message"] for o in outcomes if not o["passed"]]
 
 
 def run_signature(specs: list[str], limit: int | None, methods: list[Method], repeats: int,
@@ -70,13 +95,39 @@ def describe_sessions(methods: list[Method], sessions: dict[str, Session]) -> tu
     return described.config(), details
 
 
+def determinism(options: DecodingOptions, methods: list[Method], dtype: str) -> dict:
+    """Whether this run's token-derived figures (figures.py) repeat exactly, and if not, why."""
+    because = []
+    if options.sampling.temperature > 0:
+        because.append("sampled (seeded: repeatable on one machine, but a gate on it is statistical)")
+    if dtype != "float32":
+        because.append(f"{dtype}: reduced-precision kernels round differently from one CPU to another")
+    if options.model.dtype == "auto" and options.model.engine != "llama.cpp":
+        because.append("--dtype auto chooses by this machine's timings")
+    drafting = [options.replace(**m.changes).drafting for m in methods if m.name != "vanilla"]
+    drafting = [d for d in drafting if d.drafts]
+    if any(d.adaptive for d in drafting):
+        because.append("--num-draft auto picks each round's length from live timings")
+    if any(d.draft_topk == "auto" or (d.draft_topk != 1 and d.draft_tokens == "auto") for d in drafting):
+        because.append("--draft-topk/--draft-tokens auto choose the tree from this machine's cost curve")
+    if any(d.draft.startswith("head") and d.int8_head == "auto" for d in drafting):
+        because.append("--int8-head auto chooses by this machine's timings")
+    return {"deterministic": not because, "because": because}
+
+
 def build_results(command: str, suites: list[Suite], methods: list[Method], described: tuple[dict, dict],
-                  repeats: int, complete: bool, records: list[dict], gates: Gates) -> tuple[dict, list[str]]:
+                  repeats: int, complete: bool, records: list[dict], gates: Gates, *,
+                  identity: dict | None = None, cost_curve: dict | None = None, determinism: dict | None = None,
+                  baseline: tuple[dict, str] | None = None) -> tuple[dict, list[str]]:
     """(the results document, the gate failures). `described`: (config, per-method details), from
-    describe_sessions or another engine's. The table's overall scope ("all" across several suites,
-    else the one suite) is what the gates judge."""
+    describe_sessions or another engine's. `cost_curve` ({"ms_by_width", "source"}) prices the
+    modelled speedup; `baseline`: (a stored results document, where it came from) to compare with.
+    The table's overall scope ("all" across several suites, else the one suite) is what the
+    speedup and quality gates judge; regression gates judge every scope."""
     config, details = described
     names = [s.name for s in suites]
+    curve = curve_from((cost_curve or {}).get("ms_by_width"))
+    figures = sample_figures(records)
     results = {
         "command": command,
         "suites": names,
@@ -84,14 +135,24 @@ def build_results(command: str, suites: list[Suite], methods: list[Method], desc
         "methods": details,
         "repeats": repeats,
         "complete": complete,
-        "table": aggregate(records, methods, names),
+        "identity": identity or {},
+        "determinism": determinism or {"deterministic": False, "because": ["not recorded"]},
+        "cost_curve": cost_curve,
+        "table": aggregate(records, methods, names, curve),
     }
-    overall = results["table"]["all" if len(suites) > 1 else names[0]]
-    failures = check_gates(overall, gates.min_speedup, gates.max_quality_drop)
+    overall = "all" if len(suites) > 1 else names[0]
+    outcomes = check_gates(results["table"][overall], gates.min_speedup, gates.max_quality_drop, overall)
+    if baseline is not None:
+        document, where = baseline
+        results["baseline"] = {"path": where, "identity": document["identity"],
+                               "comparisons": compare(figures, document, scopes(names))}
+        outcomes += regression_gates(figures, document, scopes(names), gates.max_regression)
+    results["samples"] = figures
     if gates.active:
         results["gates"] = {"min_speedup": gates.min_speedup, "max_quality_drop": gates.max_quality_drop,
-                            "failures": failures}
-    return results, failures
+                            "max_regression": gates.max_regression, "outcomes": outcomes,
+                            "failures": failures_of(outcomes)}
+    return results, failures_of(outcomes)
 
 
 def _tree(session: Session) -> dict:

@@ -176,6 +176,7 @@ def run_sample(session: Session, sample: Sample, repeats: int,
         "walls": walls,
         "mean_accepted": summary["mean_accepted"],
         "accepted_per_round": {str(n): count for n, count in sorted(totals.accepted_per_round.items())},
+        "widths": {str(w): n for w, n in sorted(totals.widths.items())},
     }
 
 
@@ -207,34 +208,55 @@ def evaluate(
     advance: Callable[[str], None],
     strict_sandbox: bool = True,
 ) -> None:
-    """Run everything not yet in the log; methods rotate per sample (A B C, B C A, ...)."""
+    """Run everything not yet in the log. Methods rotate per sample (A B C, B C A, ...) and, with
+    `repeats`, interleave within it (A B C A B C): a slow spell on a shared machine falls on every
+    method alike, so the per-sample ratios behind the speedup's interval stay paired."""
     done = log.done()
     warmed: set[str] = set()
     for suite in suites:
         for index, sample in enumerate(suite.samples):
             order = methods[index % len(methods):] + methods[:index % len(methods)]
+            pending = [m for m in order if (suite.name, sample.id, m.name) not in done]
             for method in order:
-                if (suite.name, sample.id, method.name) in done:
+                if method not in pending:
                     advance(method.name)
-                    continue
-                session = sessions[method.name]
+            for method in pending:
                 if method.name not in warmed:
-                    # first use pays for allocation and for what a session measures once (the
-                    # costs drafting is chosen by): a full untimed first turn keeps it out of the
-                    # timings (a 4-token warm-up left the first head sample 4-13x slower than the rest)
-                    first_turn = [{"role": "user", "content": sample.turns[0]}]
-                    session.run(encode_turn(session, sample, first_turn))
+                    _warm_up(sessions[method.name], sample)
                     warmed.add(method.name)
-                device = session.target.output_device
-                if device.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(device)
-                record = run_sample(session, sample, repeats)
-                record.update(suite=suite.name, sample_id=sample.id, method=method.name, rss_mb=rss_mb(),
-                              task_score=task_score(suite, sample, record["output"], allow_execution, strict_sandbox))
-                if device.type == "cuda":
-                    record["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
-                log.append(record)
-                advance(method.name)
+            runs: dict[str, list[dict]] = {m.name: [] for m in pending}
+            for repeat in range(repeats):
+                for method in pending:
+                    session = sessions[method.name]
+                    device = session.target.output_device
+                    if device.type == "cuda" and repeat == 0:
+                        torch.cuda.reset_peak_memory_stats(device)
+                    runs[method.name].append(run_sample(session, sample, 1))
+                    if repeat < repeats - 1:
+                        continue
+                    record = _repeated(runs[method.name])
+                    record.update(suite=suite.name, sample_id=sample.id, method=method.name, rss_mb=rss_mb(),
+                                  task_score=task_score(suite, sample, record["output"], allow_execution,
+                                                        strict_sandbox))
+                    if device.type == "cuda":
+                        record["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+                    log.append(record)
+                    advance(method.name)
+
+
+def _warm_up(session: Session, sample: Sample) -> None:
+    """First use pays for allocation and for what a session measures once (the costs drafting is
+    chosen by): a full untimed first turn keeps it out of the timings (a 4-token warm-up left the
+    first head sample 4-13x slower than the rest)."""
+    first_turn = [{"role": "user", "content": sample.turns[0]}]
+    session.run(encode_turn(session, sample, first_turn))
+
+
+def _repeated(runs: list[dict]) -> dict:
+    """One record for a sample's repeated runs: the first run's outputs and counts, the median
+    of the walls (every wall kept)."""
+    walls = [wall for run in runs for wall in run["walls"]]
+    return {**runs[0], "wall_s": statistics.median(walls), "walls": walls}
 
 
 # --------------------------------------------------------------------------- output directory
@@ -266,3 +288,35 @@ def prepare_out_dir(out_dir: Path | None, resume: bool, signature: dict) -> Path
         require(not samples.exists(), f"{out_dir} already holds a run: pass --resume to continue it, or use another --out")
         write_atomic(run_file, json.dumps(signature, indent=1))
     return samples
+
+
+# --------------------------------------------------------------------------- the modelled speedup's prices
+def cost_curve(sessions: dict[str, Session], records: list[dict]) -> dict | None:
+    """This machine's cost of the target forward at every width the run fed (tuning/curve.py:
+    measured once, cached, busy-safe), stored with the run so that a later run compared with
+    it is priced alike. None where the records carry no widths (another engine's run)."""
+    from ..tuning.curve import measured_curve
+
+    widths = sorted({1} | {int(w) for r in records for w in r.get("widths", {})})
+    if not sessions or not any(r.get("widths") for r in records):
+        return None
+    session = next(iter(sessions.values()))
+    measured = measured_curve(session.scorer, tuple(widths))
+    provenance = measured.provenance
+    source = "this machine's cost curve" + (" (cached)" if provenance.cached else "") + (
+        f", provisional: {provenance.provisional}" if provenance.provisional else "")
+    return {"ms_by_width": {str(w): measured.curve.cost(w) for w in widths}, "source": source}
+
+
+def run_identity(config: dict, suites: list[Suite], sessions: dict[str, Session] | None,
+                 options: DecodingOptions) -> dict:
+    """What a baseline must share with this run (baseline.IDENTITY_KEYS): the target's weights
+    fingerprint (another engine's: its spec), the draft heads' weights, and the config's rest."""
+    from .baseline import identity, module_digest
+
+    if not sessions:
+        return identity(config, suites, str(options.model.target), None)
+    first = next(iter(sessions.values()))
+    heads = {module_digest(head) for s in sessions.values()
+             if isinstance(head := getattr(s.drafter, "head", None), torch.nn.Module)}
+    return identity(config, suites, first.target.fingerprint, ",".join(sorted(heads)) or None)
