@@ -21,7 +21,7 @@ from mars_cli.evaluation.metrics import (
     token_agreement,
 )
 from mars_cli.evaluation.methods import parse_methods, parse_sweep
-from mars_cli.evaluation.results import check_gates
+from mars_cli.evaluation.results import check_gates, failures_of
 from mars_cli.evaluation.suites import BUILTIN, load_suite
 
 
@@ -125,10 +125,13 @@ def rows(speedup: float, task: float, agreement: float) -> list[dict]:
 
 
 def test_gates_pass_and_fail_on_constructed_results():
-    assert check_gates(rows(1.3, 0.5, 0.99), 1.2, 0.02) == []
-    assert check_gates(rows(1.1, 0.5, 0.99), 1.2, 0.02) == ["mars: speedup 1.100x < 1.2x"]
-    failures = check_gates(rows(1.3, 0.4, 0.9), 1.2, 0.05)
-    assert len(failures) == 2 and "task metric drops by 0.100" in failures[0] and "ROUGE-L" in failures[1]
+    assert failures_of(check_gates(rows(1.3, 0.5, 0.99), 1.2, 0.02)) == []
+    assert failures_of(check_gates(rows(1.1, 0.5, 0.99), 1.2, 0.02)) == [
+        "mars: speedup 1.100x [1.100, 1.100]: the whole interval is below 1.2x"]
+    outcomes = check_gates(rows(1.3, 0.4, 0.9), 1.2, 0.05)
+    assert [(o["gate"], o["passed"]) for o in outcomes] == [("min-speedup", True), ("max-quality-drop", False)]
+    assert "task metric drops by 0.100" in failures_of(outcomes)[0]
+    assert "ROUGE-L" in failures_of(check_gates(rows(1.3, 0.5, 0.9), 1.2, 0.05))[0]
     assert check_gates(rows(0.1, 0.0, 0.0), None, None) == []
 
 
