@@ -20,7 +20,7 @@ from mars_cli.evaluation.results import check_gates, failures_of
 
 # a fixed draft shape, float32, greedy: the token-derived figures repeat exactly
 CI_ARGS = ["eval", "--suite", "math,translate", "--limit", "3", "-n", "12", "--device", "cpu", "--dtype", "float32",
-           "--methods", "vanilla,strict,mars", "--num-draft", "4", "--draft-topk", "1"]
+           "--packed-weights", "off", "--methods", "vanilla,strict,mars", "--num-draft", "4", "--draft-topk", "1"]
 
 
 def record(sample: str, method: str, tokens: int, rounds: int, widths: dict | None = None, wall: float = 1.0,
@@ -191,7 +191,7 @@ def test_five_runs_against_their_own_baseline_pass_with_zero_change(capsys, tiny
 def test_a_relaxed_threshold_is_caught_against_a_strict_baseline(capsys, tiny_dir, tmp_path):
     base = tmp_path / "baseline"
     args = ["eval", "--suite", "translate", "--limit", "10", "-n", "16", "--device", "cpu", "--dtype", "float32",
-            "--methods", "vanilla,mars", "--num-draft", "4", "--draft-topk", "1", "--target", str(tiny_dir)]
+            "--packed-weights", "off", "--methods", "vanilla,mars", "--num-draft", "4", "--draft-topk", "1", "--target", str(tiny_dir)]
     assert run_json(capsys, [*args, "--threshold", "1.0", "--save-baseline", str(base)])[0] == 0
     junit = tmp_path / "gates.xml"
     code, relaxed, err = run_json(capsys, [*args, "--threshold", "0.5", "--baseline", str(base),
@@ -251,3 +251,14 @@ def test_github_actions_gets_the_report_and_error_lines_only_there(tmp_path, cap
     assert summary.read_text() == "# report\n"
     ci.report_to_github(results, "# second", {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)})
     assert summary.read_text() == "# report\n# second\n"  # appended, as steps share the file
+
+
+def test_a_statistical_gate_on_too_few_samples_is_not_judged_but_an_exact_one_is():
+    stored = {"samples": constructed_run(samples=4), "cost_curve": None}
+    slower = constructed_run(1.1, samples=4)
+    exact = baselines.regression_gates(slower, stored, ["math"], {"tau": 0.02}, deterministic=True)
+    assert [o["passed"] for o in exact] == [False]
+    sampled = baselines.regression_gates(slower, stored, ["math"], {"tau": 0.02}, deterministic=False)
+    assert [o["passed"] for o in sampled] == [True] and "not judged" in sampled[0]["message"]
+    many = baselines.regression_gates(constructed_run(1.1), {"samples": constructed_run()}, ["math"], {"tau": 0.02})
+    assert [o["passed"] for o in many] == [False]  # 24 samples: judged, and the drop is clear

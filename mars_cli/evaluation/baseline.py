@@ -28,6 +28,9 @@ from .suites import Suite
 IDENTITY_KEYS = ("target", "head", "dtype", "max_new_tokens", "temperature", "engine", "suites")
 FAMILY_ALPHA = 0.05  # two-sided, spread over a run's gates: each gate's one-sided false alarm <= 0.025 / gates
 GATE_RESAMPLES = 10000  # the gates' intervals reach far into the tails
+# below this many paired samples a bootstrap interval of a statistical figure is far too narrow
+# (one sample: a point), so such a gate reports and passes; deterministic figures need no minimum
+MIN_STATISTICAL_SAMPLES = 8
 
 
 # --------------------------------------------------------------------------- what a run is
@@ -134,9 +137,10 @@ def check_samples(current: list[dict], baseline: list[dict], where: Path) -> Non
 
 # --------------------------------------------------------------------------- comparing
 def compare(current: list[dict], baseline: dict, scopes: list[str], level: float = 0.95,
-            resamples: int = 2000) -> list[dict]:
-    """One entry per scope x method (both runs') x figure both have: the two figures and the
-    change with its paired interval. Both runs are priced by the baseline's cost curve."""
+            resamples: int = 2000, names: set[str] | None = None) -> list[dict]:
+    """One entry per scope x method (both runs') x figure both have (of `names`, if given): the
+    two figures and the change with its paired interval. Both runs are priced by the baseline's
+    cost curve."""
     curve = curve_from((baseline.get("cost_curve") or {}).get("ms_by_width"))
     stored = baseline["samples"]
     methods = [m for m in dict.fromkeys(r["method"] for r in current) if any(r["method"] == m for r in stored)]
@@ -144,6 +148,8 @@ def compare(current: list[dict], baseline: dict, scopes: list[str], level: float
     for scope in scopes:
         for method in methods:
             for metric in METRICS.values():
+                if names is not None and metric.name not in names:
+                    continue
                 if method == "vanilla" and not metric.of_vanilla:
                     continue
                 entry = _compare_one(metric, current, stored, scope, method, curve, level, resamples)
@@ -179,21 +185,27 @@ def gate_level(gates: int) -> float:
     return 1.0 - FAMILY_ALPHA / max(1, gates)
 
 
-def regression_gates(current: list[dict], baseline: dict, scopes: list[str], limits: dict[str, float]) -> list[dict]:
+def regression_gates(current: list[dict], baseline: dict, scopes: list[str], limits: dict[str, float],
+                     deterministic: bool = False) -> list[dict]:
     """One outcome per scope x method x limited figure: failed when the change's interval (at
-    gate_level) lies wholly below -tolerance. Figures neither run has (no task metric) are left out."""
+    gate_level) lies wholly below -tolerance. Figures neither run has (no task metric) are left out.
+    `deterministic`: both runs decoded deterministically (greedy, float32, fixed shapes), so their
+    token-derived figures are exact; any other figure is statistical and judged only on at least
+    MIN_STATISTICAL_SAMPLES samples."""
     if not limits:
         return []
     methods = {r["method"] for r in current} & {r["method"] for r in baseline["samples"]}
     count = sum(1 for method in methods for name in limits if method != "vanilla" or METRICS[name].of_vanilla)
     count *= len(scopes)
-    entries = compare(current, baseline, scopes, level=gate_level(count), resamples=GATE_RESAMPLES)
+    entries = compare(current, baseline, scopes, level=gate_level(count), resamples=GATE_RESAMPLES, names=set(limits))
     outcomes = []
     for entry in entries:
         if entry["metric"] not in limits:
             continue
         tolerance = limits[entry["metric"]]
-        failed = entry["high"] < -tolerance
+        exact = deterministic and entry["deterministic"]
+        too_few = not exact and entry["samples"] < MIN_STATISTICAL_SAMPLES
+        failed = entry["high"] < -tolerance and not too_few
         unit = "%" if entry["relative"] else ""
         scale = 100.0 if entry["relative"] else 1.0
         figure = (f"{entry['label']} changed {entry['change'] * scale:+.2f}{unit} "
@@ -201,6 +213,7 @@ def regression_gates(current: list[dict], baseline: dict, scopes: list[str], lim
                   f"against the baseline ({entry['baseline']:.4g} -> {entry['current']:.4g}, "
                   f"{entry['samples']} samples)")
         verdict = (f"wholly below -{tolerance * scale:g}{unit}" if failed
+                   else f"not judged: a statistical figure needs {MIN_STATISTICAL_SAMPLES} samples" if too_few
                    else f"within -{tolerance * scale:g}{unit}")
         outcomes.append({"scope": entry["scope"], "method": entry["method"], "gate": f"regression:{entry['metric']}",
                          "passed": not failed,

@@ -104,6 +104,8 @@ def determinism(options: DecodingOptions, methods: list[Method], dtype: str) -> 
         because.append(f"{dtype}: reduced-precision kernels round differently from one CPU to another")
     if options.model.dtype == "auto" and options.model.engine != "llama.cpp":
         because.append("--dtype auto chooses by this machine's timings")
+    if options.model.packed_weights == "auto" and dtype == "float32" and options.model.engine != "llama.cpp":
+        because.append("--packed-weights auto chooses the float32 kernels by this machine's timings")
     drafting = [options.replace(**m.changes).drafting for m in methods if m.name != "vanilla"]
     drafting = [d for d in drafting if d.drafts]
     if any(d.adaptive for d in drafting):
@@ -146,7 +148,8 @@ def build_results(command: str, suites: list[Suite], methods: list[Method], desc
         document, where = baseline
         results["baseline"] = {"path": where, "identity": document["identity"],
                                "comparisons": compare(figures, document, scopes(names))}
-        outcomes += regression_gates(figures, document, scopes(names), gates.max_regression)
+        exact = results["determinism"]["deterministic"] and (document.get("determinism") or {}).get("deterministic", False)
+        outcomes += regression_gates(figures, document, scopes(names), gates.max_regression, exact)
     results["samples"] = figures
     if gates.active:
         results["gates"] = {"min_speedup": gates.min_speedup, "max_quality_drop": gates.max_quality_drop,
