@@ -167,8 +167,9 @@ def calibrate(
     suite: Annotated[str, typer.Option(
         "--suite", help="quality=: comma-separated suites with task metrics (math, summarize, translate, code, "
                         "or a .jsonl file).")] = calibration.DEFAULT_SUITES,
-    limit: Annotated[int, typer.Option(
-        "--limit", help="quality=: samples per suite, taken from its end (eval --limit takes the front).")] = calibration.DEFAULT_LIMIT,
+    limit: Annotated[str, typer.Option(
+        "--limit", help="quality=: samples per suite, taken from its end (eval --limit takes the front), or auto: "
+                        "more until the decision is clear (at most 32).")] = str(calibration.DEFAULT_LIMIT),
     thetas: Annotated[Optional[str], typer.Option(
         "--thetas", help="quality=: thresholds to sweep, e.g. 0.8,0.9,0.95 (default: five per --margin).")] = None,
     allow_code_execution: Annotated[bool, typer.Option(

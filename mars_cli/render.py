@@ -44,13 +44,18 @@ def _tree_line(tree: dict, config: dict) -> str:
             f"depth up to {tree['max_depth']} over {tree['rounds']} rounds")
 
 
-def calibration_table(profile: dict) -> list[Table]:
+def calibration_table(profile: dict) -> list[Table | str]:
     """What `mars calibrate` found: per mode and margin measure for rate= / loss=; for quality=,
-    each mode's sweep (one row per theta, the chosen one marked) and the loss bound beside it."""
+    each mode's sweep (one row per theta with its decision, the chosen one marked), the loss bound
+    beside it and a line per deciding theta saying how many samples a clear decision needs."""
     objective = profile["objective"]
     modes = profile.get("modes") or {"sampled": profile}
     if objective["kind"] == "quality":
-        return [_sweep_table(profile, mode, block) for mode, block in modes.items()]
+        shown: list[Table | str] = []
+        for mode, block in modes.items():
+            shown.append(_sweep_table(profile, mode, block))
+            shown.extend(_power_lines(block["sweep"]))
+        return shown
     table = Table(title=f"calibration of {profile['model']['name']} "
                         f"(objective {objective['kind']}={objective['value']:g})", title_justify="left")
     for column in ("mode", "measure", "theta", "90% interval", "positions", "held-out rate", "held-out loss",
@@ -73,26 +78,46 @@ def _sweep_table(profile: dict, mode: str, block: dict) -> Table:
     sweep, bound = block["sweep"], block["loss_bound"]
     measure = sweep["measure"]
     chosen = sweep["chosen"]
-    low, high = sweep["chosen_interval_90"]
-    picked = f"theta {chosen:g}" if chosen is not None else "none held quality: theta 1 (strict)"
+    picked = f"theta {chosen:g}" if chosen is not None else "none clearly held quality: theta 1 (strict)"
+    if sweep.get("decision") == "unclear":
+        hopeful = sweep.get("chosen_if_unclear_passed")
+        picked += (f", unclear: with every unclear theta passing it would be "
+                   f"{'theta 1 (strict)' if hopeful is None else f'theta {hopeful:g}'}")
+    grown = sweep.get("growth")
+    counted = f"{sweep['samples']} samples" + (
+        f" ({' -> '.join(str(step['samples_per_suite']) for step in grown)} a suite, --limit auto)" if grown else "")
     table = Table(title=f"{mode} (T={block['temperature']:g}) sweep of {profile['model']['name']}, {measure}, "
-                        f"drafter {block['drafter']}, {sweep['samples']} samples: {picked} "
-                        f"(90% interval {low:g}-{high:g}); loss bound {bound['objective']['value']:g} would give "
-                        f"{bound['thresholds'][measure]:.4f} (at the chosen theta the bound is "
-                        f"{bound['at_chosen']['loss']:.3f} nats/token)", title_justify="left")
+                        f"drafter {block['drafter']}, {counted}: {picked}; loss bound "
+                        f"{bound['objective']['value']:g} would give {bound['thresholds'][measure]:.4f} (at the "
+                        f"chosen theta the bound is {bound['at_chosen']['loss']:.3f} nats/token)", title_justify="left")
     metrics = [name for name in sweep["strict"] if name not in ("tau", "relaxed_share")]
-    for column in ("theta", "tau", "relaxed", *metrics):
+    for column in ("theta", "tau", "relaxed", *metrics, "decision"):
         table.add_column(column, justify="right", no_wrap=True)
     strict = sweep["strict"]
-    table.add_row("strict", f"{strict['tau']:.2f}", "-", *(f"{strict[name]:.3f}" for name in metrics))
+    table.add_row("strict", f"{strict['tau']:.2f}", "-", *(f"{strict[name]:.3f}" for name in metrics), "-")
     for row in sorted(sweep["rows"], key=lambda r: r["theta"], reverse=True):
         cells = []
         for name in metrics:
             figure = row["metrics"].get(name)
             cells.append("-" if figure is None else f"{figure['value']:.3f} ({-figure['drop']:+.1%})")
         mark = " *" if row["theta"] == chosen else ""
-        table.add_row(f"{row['theta']:g}{mark}", f"{row['tau']:.2f}", f"{row['relaxed_share']:.1%}", *cells)
+        table.add_row(f"{row['theta']:g}{mark}", f"{row['tau']:.2f}", f"{row['relaxed_share']:.1%}", *cells,
+                      row.get("decision", "-"))
     return table
+
+
+def _power_lines(sweep: dict) -> list[str]:
+    """One line per deciding theta: the samples a suite that make its decision clear at 95%."""
+    lines = []
+    for entry in sweep.get("samples_needed", []):
+        theta, samples = entry["theta"], entry["samples"]
+        if samples is None:
+            lines.append(f"no sample size makes the decision at theta {theta:g} clear: a drop on the line, or "
+                         f"too few samples to measure its spread (this run: {sweep['samples_per_suite']} a suite)")
+        else:
+            lines.append(f"a clear decision at theta {theta:g} ({entry['outcome']}) needs about {samples} samples "
+                         f"a suite (this run: {sweep['samples_per_suite']})")
+    return lines
 
 
 def _bar(share: float, width: int = 30) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import statistics
 
 from pathlib import Path
 
@@ -86,16 +87,112 @@ def test_summary_pools_tokens_and_averages_each_metric():
     assert summary["relaxed_share"] == pytest.approx(2 / 20)
 
 
-def test_bootstrap_interval_brackets_the_choice_and_widens_with_noise():
-    steady = {0.9: [1.0] * 12, 0.8: [0.0] * 12}
-    reference, runs = synthetic_run(steady, [1.0] * 12)
-    (low, high), drops = sweeping.bootstrap(reference, runs, 0.05)
-    assert low == high == 0.9 and drops[0.8]["a:m"] == [1.0, 1.0]
-    noisy = {0.9: [1.0] * 10 + [0.0] * 2, 0.8: [1.0] * 11 + [0.0]}  # about a 10% drop at 0.9, 5% at 0.8
-    reference, runs = synthetic_run(noisy, [1.0] * 12)
-    (low, high), drops = sweeping.bootstrap(reference, runs, 0.1)
-    assert low < high and low in (0.8, 0.9, 1.0) and high in (0.8, 0.9, 1.0)
-    assert drops[0.9]["a:m"][0] <= 1 / 6 <= drops[0.9]["a:m"][1]
+def paired_run(scores_by_theta, strict_scores, rounds_by_theta=None):
+    """Records of one suite, each sample with its own id (the runs pair by it); a theta's rounds
+    (4 unless given) set its tau."""
+    reference = [dict(record("a:m", s), sample_id=f"s{i}") for i, s in enumerate(strict_scores)]
+    runs = {theta: [dict(record("a:m", s, rounds=(rounds_by_theta or {}).get(theta, 4), relaxed=1), sample_id=f"s{i}")
+                    for i, s in enumerate(scores)] for theta, scores in scores_by_theta.items()}
+    return reference, runs
+
+
+def test_paired_intervals_decide_clear_pass_clear_fail_and_unclear():
+    strict = [1.0, 0.0] * 6
+    reference, runs = paired_run({
+        0.97: list(strict),  # the same scores: drop 0, interval [0, 0]
+        0.94: [0.0, 1.0] * 6,  # the same mean, every sample changed: point drop 0, a wide interval
+        0.90: [0.0] * 12,  # every answer lost
+    }, strict)
+    table = sweeping.assess(reference, runs, 0.1)
+    same, swapped, lost = table[0.97]["a:m"], table[0.94]["a:m"], table[0.90]["a:m"]
+    assert (same.estimate, same.low, same.high, same.decision) == (0.0, 0.0, 0.0, "pass")
+    assert swapped.estimate == 0.0 and swapped.low < 0 and swapped.high > 0.1 and swapped.decision == "unclear"
+    assert lost.estimate == 1.0 and lost.low > 0.1 and lost.decision == "fail"
+    assert {theta: sweeping.theta_decision(row) for theta, row in table.items()} == \
+        {0.97: "pass", 0.94: "unclear", 0.90: "fail"}
+    # the point estimates alone would pass 0.94; the interval does not
+    assert sweeping.select({theta: {"a:m": row["a:m"].estimate} for theta, row in table.items()}, 0.1) == 0.94
+    decision = sweeping.decide(table, {0.97: 2.0, 0.94: 2.5, 0.90: 3.0})
+    assert (decision.chosen, decision.stopped, decision.clear, decision.if_unclear_passed) == (0.97, 0.94, False, 0.94)
+    # the rule's edges: the upper end at DROP passes, the lower end at DROP is not yet a failure
+    assert sweeping.judge(0.0, 0.1, 0.1) == "pass" and sweeping.judge(0.1, 0.3, 0.1) == "unclear"
+    assert sweeping.judge(0.11, 0.3, 0.1) == "fail"
+
+
+def test_the_walk_stops_at_a_clear_failure_and_the_decision_is_then_clear():
+    strict = [1.0] * 12
+    reference, runs = paired_run({0.97: strict, 0.94: [1.0] * 11 + [0.0], 0.90: [0.0] * 12}, strict,
+                                 {0.97: 4, 0.94: 3, 0.90: 2})
+    block = sweeping.sweep_block(sweeping.ModeRun(reference, runs, [[]] * 12, [[]] * 12), 0.3, "logit-ratio", seed=0)
+    decisions = {row["theta"]: row["decision"] for row in block["rows"]}
+    assert decisions == {0.97: "pass", 0.94: "pass", 0.90: "fail"}
+    assert block["chosen"] == 0.94 and block["decision"] == "clear" and block["chosen_if_unclear_passed"] == 0.94
+    row = next(row for row in block["rows"] if row["theta"] == 0.94)["metrics"]["a:m"]
+    assert row["drop"] == pytest.approx(1 / 12, abs=1e-6) and row["drop_interval_95"][0] == 0.0
+    assert row["drop_interval_95"][1] <= 0.3 and row["decision"] == "pass"
+    # the same records decide the same way every time (the bootstrap's generator is seeded)
+    assert sweeping.sweep_block(sweeping.ModeRun(reference, runs, [[]] * 12, [[]] * 12), 0.3, "logit-ratio",
+                                seed=0) == block
+
+
+def test_the_power_estimate_follows_the_normal_approximation():
+    # strict scores 1 everywhere, so each sample's paired difference is its own loss
+    mars = [1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]  # drop 1/6
+    reference, runs = paired_run({0.9: mars}, [1.0] * 12)
+    columns = sweeping.paired_columns(reference, runs[0.9], "a:m")
+    sd = statistics.stdev(mars)
+    assert sweeping.paired_sd(columns) == pytest.approx(sd, rel=1e-6)
+    margin = 0.25 - 1 / 6
+    expected = math.ceil((1.96 * sd / margin) ** 2)
+    assert expected == 84  # sd 0.389: (1.96 * 0.389 / 0.0833) ** 2 = 83.8
+    assert sweeping.samples_needed(sd, margin) == expected
+    block = sweeping.sweep_block(sweeping.ModeRun(reference, runs, [[]] * 12, [[]] * 12), 0.25, "logit-ratio", seed=0)
+    assert block["decision"] == "unclear" and block["chosen"] is None
+    assert block["samples_needed"] == [{"theta": 0.9, "outcome": "pass", "samples": expected}]
+    # a drop beyond DROP needs a clear fail; one on the line itself has no estimate
+    assert sweeping.samples_needed(sd, 0.0) is None and sweeping.samples_needed(0.0, 0.1) == 2
+    # with strict varying too, a sample's paired difference is (strict_i - mars_i) / strict (no mean drop)
+    strict, shifted = [1.0, 0.5, 0.0, 1.0, 0.5, 0.0], [0.5, 1.0, 0.0, 0.5, 1.0, 0.0]
+    columns = sweeping.paired_columns(*_pair(strict, shifted), "a:m")
+    differences = [(s - m) / 0.5 for s, m in zip(strict, shifted)]
+    assert sweeping.paired_sd(columns) == pytest.approx(statistics.stdev(differences), rel=1e-6)
+
+
+def _pair(strict, mars):
+    reference, runs = paired_run({0.9: mars}, strict)
+    return reference, runs[0.9]
+
+
+def test_next_limit_doubles_within_the_budget():
+    assert sweeping.next_limit(4, [30, 30], elapsed=10.0, decoded=8) == 8
+    assert sweeping.next_limit(4, [6, 30], elapsed=10.0, decoded=8) == 8  # a short suite gives what it has
+    assert sweeping.next_limit(8, [6, 6], elapsed=10.0, decoded=12) is None  # every suite exhausted
+    assert sweeping.next_limit(16, [40], elapsed=10.0, decoded=16) == 32
+    assert sweeping.next_limit(32, [40], elapsed=10.0, decoded=32) is None  # AUTO_MAX
+    assert sweeping.next_limit(4, [40], elapsed=10.0, decoded=4, most=6) == 6
+    # 100 s for 8 samples: 8 more would take 100 s, past a 150 s budget
+    assert sweeping.next_limit(4, [20, 20], elapsed=100.0, decoded=8, seconds=150.0) is None
+    assert sweeping.next_limit(4, [20, 20], elapsed=100.0, decoded=8, seconds=200.0) == 8
+
+
+def test_merged_rounds_keep_each_suite_in_its_own_order():
+    def run(ids):
+        records = [dict(record(f"{suite}:m", 1.0), suite=suite, sample_id=sample) for suite, sample in ids]
+        return sweeping.ModeRun(records, {0.9: [dict(r) for r in records]}, [[float(i)] for i in range(len(ids))],
+                                [[0.0]] * len(ids))
+
+    first = run([("a", "a3"), ("b", "b3")])  # the last sample of each suite
+    second = run([("a", "a1"), ("a", "a2"), ("b", "b2")])  # further back (b has 3 samples)
+    merged = sweeping.merge([([1, 1], first), ([2, 1], second)])
+    order = [(r["suite"], r["sample_id"]) for r in merged.reference]
+    assert order == [("a", "a1"), ("a", "a2"), ("a", "a3"), ("b", "b2"), ("b", "b3")]
+    assert [(r["suite"], r["sample_id"]) for r in merged.runs[0.9]] == order
+    assert merged.z1 == [[0.0], [1.0], [0.0], [2.0], [1.0]]
+
+
+@pytest.mark.parametrize("text, expected", [("auto", "auto"), ("AUTO", "auto"), ("7", 7), (3, 3)])
+def test_limit_parses_numbers_and_auto(text, expected):
+    assert sweeping.parse_limit(text) == expected
 
 
 def test_sweep_block_records_the_evidence():
@@ -104,10 +201,14 @@ def test_sweep_block_records_the_evidence():
     block = sweeping.sweep_block(run, 0.1, "logit-ratio", seed=0)
     assert block["chosen"] == 0.95 and [row["theta"] for row in block["rows"]] == [0.9, 0.95]
     row = block["rows"][0]
-    assert row["tau"] == 2.5 and row["relaxed_share"] == 0.2
+    assert row["tau"] == 2.5 and row["relaxed_share"] == 0.2 and row["decision"] == "unclear"
     assert row["metrics"]["a:m"]["value"] == 0.75 and row["metrics"]["a:m"]["drop"] == 0.25
-    assert set(row["metrics"]) == {"a:m", "mean_logprob"} and len(row["metrics"]["a:m"]["drop_interval_90"]) == 2
-    assert block["strict"]["tau"] == 2.0
+    low, high = row["metrics"]["a:m"]["drop_interval_95"]
+    assert low <= 0.1 < 0.25 <= high and row["metrics"]["a:m"]["decision"] == "unclear"
+    assert set(row["metrics"]) == {"a:m", "mean_logprob"}
+    assert block["strict"]["tau"] == 2.0 and block["samples"] == block["samples_per_suite"] == 4
+    assert block["decision"] == "unclear" and block["level"] == 0.95
+    assert [entry["theta"] for entry in block["samples_needed"]] == [0.95, 0.9]
 
 
 @pytest.mark.parametrize("text", ["0.8,1.5", "0,0.5", "a,b", ","])
@@ -247,6 +348,8 @@ def test_a_profile_that_relaxes_nothing_says_so(capsys, tmp_path, tiny_dir, monk
     (["--objective", "quality=0.05", "--suite", "code"], "--allow-code-execution"),
     (["--objective", "quality=0.05", "--thetas", "0.5,2"], "--thetas"),
     (["--objective", "quality=0.05", "--limit", "0"], "--limit"),
+    (["--objective", "quality=0.05", "--limit", "bogus"], "--limit 'bogus': expected a number of samples a suite"),
+    (["--limit", "-3"], "--limit must be at least 1 (or auto)"),
     (["--objective", "quality=0.05", "--resume"], "starts afresh"),
     (["--objective", "quality=0.05", "--draft", "none"], "needs a drafter"),
     (["--modes", "beam"], "--modes"),
@@ -338,3 +441,69 @@ def test_quality_calibration_end_to_end(capsys, tmp_path, tiny_dir, tiny_draft_d
                  "-n", "3", "--device", "cpu", "--json"])
     config = json.loads(capsys.readouterr().out)["config"]
     assert code == 0 and config["threshold"] == profile.modes()["greedy"]["thresholds"]["logit-ratio"]
+
+
+AUTO_PROMPTS = ["abc abc", "hello there", "one two three", "the cat sat", "red green blue", "x y z", "good morning",
+                "a b c d", "four five", "why not", "so it goes", "blue sky"]
+_OWN_SUITES: dict[str, str] = {}
+
+
+def own_suite(capsys, tmp_path, tiny_dir) -> Path:
+    """A 12-sample suite whose references are strict greedy decoding's own text (strict scores 1),
+    made once per tiny target."""
+    if str(tiny_dir) not in _OWN_SUITES:
+        lines = []
+        for index, prompt in enumerate(AUTO_PROMPTS):
+            main(["generate", prompt, "--target", str(tiny_dir), "--device", "cpu", "-n", "6", "--json"])
+            text = json.loads(capsys.readouterr().out)["text"]
+            lines.append(json.dumps({"id": f"s{index}", "prompt": prompt, "reference": text or "x"}))
+        _OWN_SUITES[str(tiny_dir)] = "\n".join(lines) + "\n"
+    path = tmp_path / "own.jsonl"
+    path.write_text(_OWN_SUITES[str(tiny_dir)])
+    return path
+
+
+def auto_calibrate(tiny_dir, tiny_draft_dir, suite, out, drop, limit="auto", *extra):
+    return main(["calibrate", "--target", str(tiny_dir), "--device", "cpu", "--objective", f"quality={drop}",
+                 "--suite", str(suite), "--limit", limit, "--draft", str(tiny_draft_dir), "--thetas", "0.2",
+                 "--num-draft", "2", "-n", "6", "--modes", "greedy", "--out", str(out), *extra])
+
+
+def test_limit_auto_grows_until_the_decision_is_clear(capsys, tmp_path, tiny_dir, tiny_draft_dir, monkeypatch):
+    """On 4 samples the drop's interval straddles DROP; on 8 it is clearly within, so the sweep
+    stops there though the suite has 12, and decides as --limit 8 does."""
+    monkeypatch.setattr(notes, "_SHOWN", set())
+    suite = own_suite(capsys, tmp_path, tiny_dir)
+    assert auto_calibrate(tiny_dir, tiny_draft_dir, suite, tmp_path / "auto.yaml", 0.5) == 0
+    shown = capsys.readouterr().out
+    sweep = calibration_profiles.load(tmp_path / "auto.yaml").data["modes"]["greedy"]["sweep"]
+    assert [(step["samples_per_suite"], step["clear"]) for step in sweep["growth"]] == [(4, False), (8, True)]
+    assert sweep["samples"] == sweep["samples_per_suite"] == 8 and sweep["decision"] == "clear"
+    assert sweep["chosen"] == 0.2 and sweep["rows"][0]["decision"] == "pass"
+    needed = sweep["samples_needed"][0]["samples"]
+    assert f"a clear decision at theta 0.2 (pass) needs about {needed} samples a suite (this run: 8)" in shown
+    assert "(4 -> 8 a suite, --limit auto)" in shown
+    # the earlier samples were kept, not decoded again: the same records as a fixed --limit 8
+    assert auto_calibrate(tiny_dir, tiny_draft_dir, suite, tmp_path / "fixed.yaml", 0.5, "8") == 0
+    fixed = calibration_profiles.load(tmp_path / "fixed.yaml").data
+    assert "growth" not in fixed["modes"]["greedy"]["sweep"]
+    assert {**fixed["modes"]["greedy"]["sweep"], "growth": sweep["growth"]} == sweep
+    assert fixed["prompt_set"] == calibration_profiles.load(tmp_path / "auto.yaml").data["prompt_set"]
+
+
+def test_limit_auto_stops_at_its_budget(capsys, tmp_path, tiny_dir, tiny_draft_dir, monkeypatch):
+    """A drop that stays unclear: the sweep grows to the budget (here 8 samples a suite) and says
+    how many a clear decision would need."""
+    monkeypatch.setattr(notes, "_SHOWN", set())
+    monkeypatch.setattr(sweeping, "AUTO_MAX", 8)
+    suite = own_suite(capsys, tmp_path, tiny_dir)
+    assert auto_calibrate(tiny_dir, tiny_draft_dir, suite, tmp_path / "auto.yaml", 0.2) == 0
+    shown = capsys.readouterr().out
+    sweep = calibration_profiles.load(tmp_path / "auto.yaml").data["modes"]["greedy"]["sweep"]
+    assert [(step["samples_per_suite"], step["clear"]) for step in sweep["growth"]] == [(4, False), (8, False)]
+    assert sweep["decision"] == "unclear" and sweep["chosen"] is None and sweep["rows"][0]["decision"] == "unclear"
+    (entry,) = sweep["samples_needed"]
+    assert entry["theta"] == 0.2 and entry["samples"] > 8
+    assert f"a clear decision at theta 0.2 ({entry['outcome']}) needs about {entry['samples']} samples a suite " \
+           "(this run: 8)" in shown
+    assert "none clearly held quality: theta 1 (strict), unclear" in shown

@@ -15,7 +15,7 @@ their threshold from profiles.resolve_threshold.
 from .objectives import DEFAULT_OBJECTIVE
 from .plot import plot_sweeps, replot
 from .run import Calibration, CalibrationRequest, default_destination
-from .sweep import DEFAULT_LIMIT, DEFAULT_SUITES
+from .sweep import DEFAULT_LIMIT, DEFAULT_SUITES, parse_limit
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -24,6 +24,7 @@ __all__ = [
     "Calibration",
     "CalibrationRequest",
     "default_destination",
+    "parse_limit",
     "plot_sweeps",
     "replot",
 ]

@@ -87,8 +87,8 @@ def fit_block(fit_sample: MarginSample, held_sample: MarginSample, objective: Ob
 def quality_block(run: ModeRun, drop: float, measure: str, temperature: float, drafter: str,
                   max_new_tokens: int, seed: int) -> dict:
     """One mode fitted to the quality objective: the chosen theta (1.0, nothing relaxed, when no
-    swept theta held quality), its interval, the sweep, and beside it the loss bound fitted on
-    the positions strict visited in this mode."""
+    swept theta clearly held quality), the sweep with its decision and power estimate, and beside
+    it the loss bound fitted on the positions strict visited in this mode."""
     sample = MarginSample.from_lists(run.z1, run.z2)
     z1, z2 = sample.positions()
     gaps = z1 - z2
@@ -100,8 +100,6 @@ def quality_block(run: ModeRun, drop: float, measure: str, temperature: float, d
         "thresholds": {measure: round(chosen, 6)},
         "objective": {"kind": "quality", "value": drop},
         "positions": len(sample),
-        "threshold_interval_90": {measure: [round(to_raw(v, measure, temperature), 6)
-                                            for v in sweep["chosen_interval_90"]]},
         "quantiles": {m: _quantiles(margin(z1, z2, m)) for m in MARGIN_MEASURES},  # type: ignore[arg-type]
         "loss_bound": {
             "objective": {"kind": bound.kind, "value": bound.value},

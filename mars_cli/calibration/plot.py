@@ -1,11 +1,13 @@
 """`mars calibrate --plot`: the quality sweep a profile stores, drawn so the choice can be checked
 by eye: per mode, tau against theta (strict's as a line) above quality relative to strict (each
-metric with its 90% bootstrap interval, the 1 - DROP line), the chosen theta marked in both."""
+metric with its interval: 95% paired, or 90% in profiles made before paired intervals, the 1 - DROP
+line), the chosen theta marked in both."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from ..errors import UserError
 from . import profiles
@@ -14,6 +16,11 @@ from . import profiles
 def replot(source: Path, path: Path) -> Path:
     """`mars calibrate --replot SOURCE --plot PATH`: the sweep stored in a profile file, drawn again."""
     return plot_sweeps(profiles.load(source).data, path, str(source))
+
+
+def drop_interval(figure: dict) -> Any:
+    """A metric's drop interval: `drop_interval_95` (paired), else an older profile's `drop_interval_90`."""
+    return figure.get("drop_interval_95", figure.get("drop_interval_90"))
 
 
 def _number(value: object) -> bool:
@@ -43,11 +50,12 @@ def check_drawable(profile: dict, swept: dict[str, dict], origin: str) -> None:
             metrics = row.get("metrics", {})
             require_field(isinstance(metrics, dict), f"{where}.sweep.rows[{index}].metrics", "a mapping")
             for name, figure in metrics.items():
-                interval = figure.get("drop_interval_90") if isinstance(figure, dict) else None
+                interval = drop_interval(figure) if isinstance(figure, dict) else None
                 require_field(isinstance(figure, dict) and _number(figure.get("drop")) and isinstance(interval, list)
                               and len(interval) == 2 and all(_number(v) for v in interval),
                               f"{where}.sweep.rows[{index}].metrics.{name}",
-                              "a mapping with a numeric 'drop' and a two-number 'drop_interval_90'")
+                              "a mapping with a numeric 'drop' and a two-number 'drop_interval_95' "
+                              "(or 'drop_interval_90')")
 
 
 def plot_sweeps(profile: dict, path: Path, origin: str = "being written") -> Path:
@@ -90,8 +98,8 @@ def _draw_mode(speed, quality, mode: str, block: dict) -> None:
         if not points:  # rows without metrics (a hand-edited profile): nothing to draw for this one
             continue
         values = [1 - figure["drop"] for _, figure in points]
-        low = [_bar(value - (1 - figure["drop_interval_90"][1])) for value, (_, figure) in zip(values, points)]
-        high = [_bar((1 - figure["drop_interval_90"][0]) - value) for value, (_, figure) in zip(values, points)]
+        low = [_bar(value - (1 - drop_interval(figure)[1])) for value, (_, figure) in zip(values, points)]
+        high = [_bar((1 - drop_interval(figure)[0]) - value) for value, (_, figure) in zip(values, points)]
         quality.errorbar([theta for theta, _ in points], values, yerr=[low, high], marker="o", capsize=3,
                          label=name)
     quality.axhline(1 - drop, color="red", linestyle=":", label=f"1 - DROP ({1 - drop:g})")

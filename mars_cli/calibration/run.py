@@ -67,10 +67,13 @@ class CalibrationRequest:
     resume: bool = False  # continue from the partial file beside `destination`
     modes: str = "greedy,sampled"
     suite: str = sweep.DEFAULT_SUITES  # quality= only, as are the fields below
-    limit: int = sweep.DEFAULT_LIMIT
+    limit: int | str = sweep.DEFAULT_LIMIT  # samples per suite, or "auto" (sweep.parse_limit)
     thetas: str | None = None  # None: sweep.DEFAULT_THETAS for the measure
     allow_code_execution: bool = False
     weak_sandbox: bool = False
+
+    def __post_init__(self) -> None:  # `--limit` arrives as text: a number or auto, refused in one line otherwise
+        object.__setattr__(self, "limit", sweep.parse_limit(self.limit))
 
     @property
     def goal(self) -> Objective:
@@ -117,7 +120,6 @@ class CalibrationRequest:
         if self.quality:
             require(not self.resume, "--resume continues the sampling of a rate= or loss= calibration; "
                                      "a quality= sweep starts afresh")
-            require(self.limit >= 1, f"--limit must be at least 1, got {self.limit}")
             if self.thetas is not None:
                 sweep.parse_thetas(self.thetas)
 
@@ -173,6 +175,11 @@ class Calibration:
         if self.session is None:
             self.load()
         modes = self._quality_modes(start_pass, note) if request.quality else self._bound_modes(start_pass)
+        if request.quality and request.limit == sweep.AUTO:  # the prompt set is what the sweeps decoded
+            used = max(block["sweep"]["samples_per_suite"] for block in modes.values())
+            swept = sweep.last_samples(self.suites, used)
+            self.prompt_hash = _suite_hash(swept)
+            self.prompts = [s.turns[0] for suite in swept for s in suite.samples]
         prompt_set = {"name": self.prompt_name, "sha256": self.prompt_hash, "prompts": len(self.prompts)}
         data = assemble(self.session, modes, request.goal, prompt_set, command)
         written = profiles.save(data, request.destination)
@@ -208,7 +215,8 @@ class Calibration:
 
     def _quality_modes(self, start_pass: StartPass, note: Callable[[str], None]) -> dict[str, dict]:
         """quality=: per mode, strict once and MARS at every theta over the suites, on the loaded
-        target and one drafter."""
+        target and one drafter; with --limit auto, on more samples a suite while the decision is
+        unclear (sweep.run_growing)."""
         from ..session import Session
 
         request = self.request
@@ -223,8 +231,15 @@ class Calibration:
                                         margin=self.measure, temperature=temperature, seed=request.seed, max_new_tokens=request.length)
             session = Session(options, target=target, draft_model=draft_model)
             draft_model = session.draft_model
-            swept = sweep.run_mode(session, self.suites, self.thetas, self.measure, request.allow_code_execution,
-                                   self.strict_sandbox, start_pass(f"sweep ({mode})", total))
+            if request.limit == sweep.AUTO:
+                def start_round(size: int, decodings: int, mode: str = mode) -> Callable[[int], None]:
+                    return start_pass(f"sweep ({mode}, {size} a suite)", decodings)
+
+                swept = sweep.run_growing(session, self.suites, self.thetas, self.measure, request.goal.value,
+                                          request.allow_code_execution, self.strict_sandbox, start_round, request.seed)
+            else:
+                swept = sweep.run_mode(session, self.suites, self.thetas, self.measure, request.allow_code_execution,
+                                       self.strict_sandbox, start_pass(f"sweep ({mode})", total))
             modes[mode] = quality_block(swept, request.goal.value, self.measure, temperature, drafter,
                                         request.length, request.seed)
         return modes
