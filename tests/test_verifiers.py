@@ -371,3 +371,24 @@ def test_strict_greedy_takes_the_first_of_tied_maxima_like_argmax(vocab):
     assert verdict.accepted_positions == [0, 1, 2, 3] and verdict.next_token == int(logits[4].argmax())
     top1, _, _, _ = top_two(logits)
     assert torch.equal(top1, logits.argmax(dim=-1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([-2.0, -1.0, 0.0, 0.5, 3.0, math.inf, -math.inf, math.nan]), min_size=2, max_size=9),
+       st.sampled_from([None, 3]))
+def test_a_plain_greedy_round_takes_the_batched_rules_token(values, top_k):
+    """Strict greedy with no drafts skips the batched rules: the same token (ties included), the
+    same empty verdict, and the same refusal of a row with NaN or an infinite maximum."""
+    logits = torch.tensor([values])
+    verifier = Verifier(sampling=SamplingParams(0.0, top_k=top_k or 0))
+    empty = DraftTree.empty(torch.device("cpu"))
+    batch = DraftBatch.of_trees([empty], logits.device)
+    try:
+        expected = verifier.verify_batch(logits, batch)[0]
+    except FloatingPointError as error:
+        with pytest.raises(FloatingPointError, match=str(error)[:30]):
+            verifier.verify(logits, empty)
+        return
+    found = verifier.verify(logits, empty)
+    assert (found.accepted_positions, found.next_token, found.relaxed, found.examined, found.low_margin) == (
+        expected.accepted_positions, expected.next_token, expected.relaxed, expected.examined, expected.low_margin)

@@ -115,6 +115,7 @@ class LlamaScorer:
         """Keep the fed rows `rows` (row 0, the pending token, first; then the accepted path)."""
         rows = [int(row) for row in rows]
         kept_end = self.committed + len(rows)
+        spare = len(rows) < len(self._fed) or self._branches > 0  # cells past the kept ones to drop
         if self._branches:
             in_order = rows == list(range(len(rows)))  # the tree's first nodes: their cells follow the pending one's
             if len(rows) > 1 and in_order:  # the path lies in the sequence of a leaf below its last node
@@ -125,7 +126,8 @@ class LlamaScorer:
             self._branches = 0
             if not in_order:  # its cells are gone with the leaves' sequences: fed again, in order, next round
                 self._refeed = [self._fed[row] for row in rows[1:]]
-        self.engine.remove(COMMITTED, kept_end - len(self._refeed), -1)
+        if spare:  # a plain round or a wholly accepted chain leaves none: no call
+            self.engine.remove(COMMITTED, kept_end - len(self._refeed), -1)
         self.committed = kept_end
         return None
 
