@@ -16,6 +16,7 @@ import pytest
 from mars_cli import notes
 import yaml
 
+from mars_cli.calibration import decision as deciding
 from mars_cli.calibration import profiles as calibration_profiles
 from mars_cli.calibration import sweep as sweeping
 from mars_cli.calibration.profiles import Profile, mode_of, to_raw
@@ -27,40 +28,40 @@ from mars_cli.errors import UserError
 def test_monotone_table_picks_the_last_theta_within_the_drop():
     table = {0.97: {"m": 0.0, "lp": 0.001}, 0.94: {"m": 0.005, "lp": 0.01}, 0.90: {"m": 0.019, "lp": 0.015},
              0.85: {"m": 0.03, "lp": 0.02}, 0.80: {"m": 0.08, "lp": 0.05}}
-    assert sweeping.select(table, 0.02) == 0.90
-    assert sweeping.select(table, 0.05) == 0.85 and sweeping.select(table, 0.1) == 0.80  # all hold: the lowest
-    assert sweeping.select(table, 0.0005) is None  # even the strictest fails
+    assert deciding.select(table, 0.02) == 0.90
+    assert deciding.select(table, 0.05) == 0.85 and deciding.select(table, 0.1) == 0.80  # all hold: the lowest
+    assert deciding.select(table, 0.0005) is None  # even the strictest fails
 
 
 def test_noisy_table_never_picks_a_pass_below_a_failure():
     # 0.90 fails (noise or not); 0.85 and 0.80 happen to pass: they are not chosen
     table = {0.97: {"m": 0.0}, 0.94: {"m": -0.01}, 0.90: {"m": 0.04}, 0.85: {"m": 0.0}, 0.80: {"m": -0.02}}
-    assert sweeping.select(table, 0.02) == 0.94
+    assert deciding.select(table, 0.02) == 0.94
     # one metric failing is enough, whatever the others say
     table[0.94]["lp"] = 0.5
-    assert sweeping.select(table, 0.02) == 0.97
+    assert deciding.select(table, 0.02) == 0.97
 
 
 def test_relaxing_further_for_no_more_speed_is_not_chosen():
     # every theta holds quality; tau stops rising at 0.90 (the 2026-12-04 greedy sweep's shape)
     table = {0.97: {"m": 0.0}, 0.94: {"m": 0.0}, 0.90: {"m": 0.01}, 0.85: {"m": 0.01}, 0.80: {"m": 0.01}}
     taus = {0.97: 2.50, 0.94: 2.97, 0.90: 3.03, 0.85: 3.03, 0.80: 3.031}
-    assert sweeping.select(table, 0.02) == 0.80  # without taus: the most permissive that holds
-    assert sweeping.select(table, 0.02, taus) == 0.90  # the strictest within 1% of the best tau
+    assert deciding.select(table, 0.02) == 0.80  # without taus: the most permissive that holds
+    assert deciding.select(table, 0.02, taus) == 0.90  # the strictest within 1% of the best tau
     taus[0.80] = 3.2  # speed still rising: the most permissive again
-    assert sweeping.select(table, 0.02, taus) == 0.80
+    assert deciding.select(table, 0.02, taus) == 0.80
     # a failing theta still ends the walk, whatever its tau
     table[0.85]["m"] = 0.05
-    assert sweeping.select(table, 0.02, taus) == 0.90
-    assert sweeping.select({0.97: {"m": 0.5}}, 0.02, {0.97: 9.0}) is None
+    assert deciding.select(table, 0.02, taus) == 0.90
+    assert deciding.select({0.97: {"m": 0.5}}, 0.02, {0.97: 9.0}) is None
 
 
 def test_relative_drop_is_a_share_of_strict_and_higher_is_better():
-    assert sweeping.relative_drop(0.5, 0.49) == pytest.approx(0.02)
-    assert sweeping.relative_drop(-0.40, -0.41) == pytest.approx(0.025)  # log-probability: lower is worse
-    assert sweeping.relative_drop(-0.40, -0.38) < 0  # better than strict
-    assert sweeping.relative_drop(0.0, 0.0) == 0.0 and sweeping.relative_drop(0.0, 0.3) == 0.0
-    assert sweeping.relative_drop(0.0, -1.0) == math.inf
+    assert deciding.relative_drop(0.5, 0.49) == pytest.approx(0.02)
+    assert deciding.relative_drop(-0.40, -0.41) == pytest.approx(0.025)  # log-probability: lower is worse
+    assert deciding.relative_drop(-0.40, -0.38) < 0  # better than strict
+    assert deciding.relative_drop(0.0, 0.0) == 0.0 and deciding.relative_drop(0.0, 0.3) == 0.0
+    assert deciding.relative_drop(0.0, -1.0) == math.inf
 
 
 def record(metric, score, tokens=10, logprob=-4.0, rounds=5, accepted=5, relaxed=0):
@@ -81,7 +82,7 @@ def synthetic_run(scores_by_theta, strict_scores):
 def test_summary_pools_tokens_and_averages_each_metric():
     records = [record("a:m", 1.0, tokens=10, logprob=-5, rounds=5), record("b:n", None, tokens=30, logprob=-3, rounds=10),
                record("b:n", 0.5, tokens=20, logprob=-2, rounds=5, accepted=10, relaxed=2)]
-    summary = sweeping.summarise(records, range(3))
+    summary = deciding.summarise(records, range(3))
     assert summary["tau"] == pytest.approx(60 / 20) and summary["mean_logprob"] == pytest.approx(-10 / 60)
     assert summary["a:m"] == 1.0 and summary["b:n"] == 0.5  # a sample without a score does not count
     assert summary["relaxed_share"] == pytest.approx(2 / 20)
@@ -103,20 +104,20 @@ def test_paired_intervals_decide_clear_pass_clear_fail_and_unclear():
         0.94: [0.0, 1.0] * 6,  # the same mean, every sample changed: point drop 0, a wide interval
         0.90: [0.0] * 12,  # every answer lost
     }, strict)
-    table = sweeping.assess(reference, runs, 0.1)
+    table = deciding.assess(reference, runs, 0.1)
     same, swapped, lost = table[0.97]["a:m"], table[0.94]["a:m"], table[0.90]["a:m"]
     assert (same.estimate, same.low, same.high, same.decision) == (0.0, 0.0, 0.0, "pass")
     assert swapped.estimate == 0.0 and swapped.low < 0 and swapped.high > 0.1 and swapped.decision == "unclear"
     assert lost.estimate == 1.0 and lost.low > 0.1 and lost.decision == "fail"
-    assert {theta: sweeping.theta_decision(row) for theta, row in table.items()} == \
+    assert {theta: deciding.theta_decision(row) for theta, row in table.items()} == \
         {0.97: "pass", 0.94: "unclear", 0.90: "fail"}
     # the point estimates alone would pass 0.94; the interval does not
-    assert sweeping.select({theta: {"a:m": row["a:m"].estimate} for theta, row in table.items()}, 0.1) == 0.94
-    decision = sweeping.decide(table, {0.97: 2.0, 0.94: 2.5, 0.90: 3.0})
+    assert deciding.select({theta: {"a:m": row["a:m"].estimate} for theta, row in table.items()}, 0.1) == 0.94
+    decision = deciding.decide(table, {0.97: 2.0, 0.94: 2.5, 0.90: 3.0})
     assert (decision.chosen, decision.stopped, decision.clear, decision.if_unclear_passed) == (0.97, 0.94, False, 0.94)
     # the rule's edges: the upper end at DROP passes, the lower end at DROP is not yet a failure
-    assert sweeping.judge(0.0, 0.1, 0.1) == "pass" and sweeping.judge(0.1, 0.3, 0.1) == "unclear"
-    assert sweeping.judge(0.11, 0.3, 0.1) == "fail"
+    assert deciding.judge(0.0, 0.1, 0.1) == "pass" and deciding.judge(0.1, 0.3, 0.1) == "unclear"
+    assert deciding.judge(0.11, 0.3, 0.1) == "fail"
 
 
 def test_the_walk_stops_at_a_clear_failure_and_the_decision_is_then_clear():
@@ -139,23 +140,23 @@ def test_the_power_estimate_follows_the_normal_approximation():
     # strict scores 1 everywhere, so each sample's paired difference is its own loss
     mars = [1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]  # drop 1/6
     reference, runs = paired_run({0.9: mars}, [1.0] * 12)
-    columns = sweeping.paired_columns(reference, runs[0.9], "a:m")
+    columns = deciding.paired_columns(reference, runs[0.9], "a:m")
     sd = statistics.stdev(mars)
-    assert sweeping.paired_sd(columns) == pytest.approx(sd, rel=1e-6)
+    assert deciding.paired_sd(columns) == pytest.approx(sd, rel=1e-6)
     margin = 0.25 - 1 / 6
     expected = math.ceil((1.96 * sd / margin) ** 2)
     assert expected == 84  # sd 0.389: (1.96 * 0.389 / 0.0833) ** 2 = 83.8
-    assert sweeping.samples_needed(sd, margin) == expected
+    assert deciding.samples_needed(sd, margin) == expected
     block = sweeping.sweep_block(sweeping.ModeRun(reference, runs, [[]] * 12, [[]] * 12), 0.25, "logit-ratio", seed=0)
     assert block["decision"] == "unclear" and block["chosen"] is None
     assert block["samples_needed"] == [{"theta": 0.9, "outcome": "pass", "samples": expected}]
     # a drop beyond DROP needs a clear fail; one on the line itself has no estimate
-    assert sweeping.samples_needed(sd, 0.0) is None and sweeping.samples_needed(0.0, 0.1) == 2
+    assert deciding.samples_needed(sd, 0.0) is None and deciding.samples_needed(0.0, 0.1) == 2
     # with strict varying too, a sample's paired difference is (strict_i - mars_i) / strict (no mean drop)
     strict, shifted = [1.0, 0.5, 0.0, 1.0, 0.5, 0.0], [0.5, 1.0, 0.0, 0.5, 1.0, 0.0]
-    columns = sweeping.paired_columns(*_pair(strict, shifted), "a:m")
+    columns = deciding.paired_columns(*_pair(strict, shifted), "a:m")
     differences = [(s - m) / 0.5 for s, m in zip(strict, shifted)]
-    assert sweeping.paired_sd(columns) == pytest.approx(statistics.stdev(differences), rel=1e-6)
+    assert deciding.paired_sd(columns) == pytest.approx(statistics.stdev(differences), rel=1e-6)
 
 
 def _pair(strict, mars):

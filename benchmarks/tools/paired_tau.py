@@ -20,7 +20,7 @@ import random
 import sys
 from pathlib import Path
 
-from mars_cli.calibration.sweep import percentile_interval
+from mars_cli.calibration.decision import percentile_interval
 
 Runs = dict[tuple[str, str], tuple[int, int]]  # (suite, sample id) -> (new tokens, rounds)
 

@@ -2,7 +2,9 @@
 
     objectives.py   --objective parsing; rate= / loss= estimators (a threshold from margins)
     collection.py   the top-two logits of emitted positions (TopTwoRecorder), per prompt; resume file
-    sweep.py        quality=: strict and MARS at each theta over suites with task metrics, the choice
+    decision.py     quality='s statistics: paired drops and intervals, the decision rule, the walk
+                    that chooses a theta, the power estimate (pure functions over records)
+    sweep.py        quality=: strict and MARS at each theta over suites with task metrics, --limit auto
     fitting.py      per-mode profile blocks (thresholds, intervals, held-out check, sweep) and the profile
     profiles.py     the YAML schema: validate, load, save, lookup; the threshold a session uses
     plot.py         the stored sweep drawn (--plot, --replot)
