@@ -43,7 +43,7 @@ cli-docs: setup
 CI_OUT      ?= .ci-out
 CI_BASELINE := benchmarks/baselines/embedded
 CI_EVAL     := --suite chat,code,translate --limit 6 -n 48 --methods vanilla,strict:head,mars:head \
-	--dtype float32 --packed-weights off --int8-head off --num-draft 4 --draft-topk 4 --draft-tokens 16
+	--dtype float32 --packed-weights off --int8-head off --num-draft 4 --draft-topk 1
 CI_GATES    := tau=0.02,modelled=0.02,task=0.02,agreement=0.02
 
 ci-gate: setup

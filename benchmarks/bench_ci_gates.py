@@ -34,8 +34,7 @@ from mars_cli.paths import cache_dir  # noqa: E402
 
 HEAD = REPO / "mars_cli" / "heads" / "smollm2-135m"
 # docs/ci.md's flags: every choice that would otherwise follow this machine's timings fixed
-FIXED = ["--dtype", "float32", "--packed-weights", "off", "--int8-head", "off", "--num-draft", "4",
-         "--draft-topk", "4", "--draft-tokens", "16"]
+FIXED = ["--dtype", "float32", "--packed-weights", "off", "--int8-head", "off", "--num-draft", "4", "--draft-topk", "1"]
 
 
 def noisy_head(scale: float, folder: Path, seed: int = 0) -> Path:
@@ -94,10 +93,10 @@ def rate(current: list[dict], baseline: list[dict], curve: dict | None, per_suit
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", default="chat,code")
-    parser.add_argument("--limit", type=int, default=24, help="samples a suite in the pool")
-    parser.add_argument("--tokens", type=int, default=48)
-    parser.add_argument("--scales", default="0.03,0.06,0.12", help="noise scales of the planted heads")
-    parser.add_argument("--sizes", default="4,8,12,16", help="samples a suite, for the rates")
+    parser.add_argument("--limit", type=int, default=16, help="samples a suite in the pool")
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--scales", default="0.06,0.1,0.14", help="noise scales of the planted heads")
+    parser.add_argument("--sizes", default="4,8,12", help="samples a suite, for the rates")
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()

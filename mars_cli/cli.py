@@ -562,7 +562,7 @@ def eval_command(
         ci.save_baseline(results, save_baseline)
     if junit is not None:
         ci.write_junit(results, junit)
-    ci.report_to_github(results, reporting.markdown(results))
+    ci.report_to_github(results, reporting.markdown(results), stream=sys.stderr if as_json else sys.stdout)
     if interrupted:
         err.print(f"interrupted: {len(log.records)} finished samples kept" + (f" in {out_dir}; rerun with --resume" if out_dir else ""))
         raise KeyboardInterrupt

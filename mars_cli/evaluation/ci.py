@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+from typing import TextIO
 
 from ..errors import require
 from ..paths import create_directory, write_atomic
@@ -49,10 +51,10 @@ def write_junit(results: dict, path: Path) -> None:
     write_atomic(path, text + "\n")
 
 
-def report_to_github(results: dict, markdown: str, environ: dict | None = None) -> list[str]:
+def report_to_github(results: dict, markdown: str, environ: dict | None = None, stream: TextIO | None = None) -> list[str]:
     """Under GitHub Actions (GITHUB_ACTIONS=true): the report appended to $GITHUB_STEP_SUMMARY,
-    and one `::error` workflow command per failed gate on stdout. Returns those lines; elsewhere
-    does nothing."""
+    and one `::error` workflow command per failed gate on `stream` (stdout; stderr where stdout
+    carries --json, which the runner reads as well). Returns those lines; elsewhere does nothing."""
     environ = os.environ if environ is None else environ
     if environ.get("GITHUB_ACTIONS") != "true":
         return []
@@ -63,7 +65,7 @@ def report_to_github(results: dict, markdown: str, environ: dict | None = None) 
     lines = [f"::error title=mars eval gate {o['gate']}::{_escaped(o['message'])}"
              for o in (results.get("gates") or {}).get("outcomes", []) if not o["passed"]]
     for line in lines:
-        print(line, flush=True)
+        print(line, file=stream or sys.stdout, flush=True)
     return lines
 
 
