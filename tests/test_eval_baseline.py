@@ -278,3 +278,27 @@ def test_sampled_runs_repeat_with_their_seed_and_pass_against_another_seed(capsy
     judged = [o for o in other["gates"]["outcomes"] if "not judged" not in o["message"]]
     assert {o["scope"] for o in judged} == {"all"}  # 10 samples there; 5 a suite is too few to judge
     assert any(c["change"] != 0.0 for c in other["baseline"]["comparisons"])  # another seed: other tokens
+
+
+@pytest.mark.embedded
+def test_a_noisy_head_is_caught_on_the_embedded_model(capsys, smollm2, tmp_path, monkeypatch):
+    """The planted regression of bench_ci_gates.py: the shipped head with noise in every weight
+    (tau down about 10%), against a baseline of the shipped head, with docs/ci.md's fixed flags."""
+    import importlib.util
+
+    tool = Path(__file__).parents[1] / "benchmarks" / "bench_ci_gates.py"
+    spec = importlib.util.spec_from_file_location("bench_ci_gates", tool)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    noisy = bench.noisy_head(0.12, tmp_path)
+    args = ["eval", "--suite", "chat,code", "--limit", "6", "-n", "32", *bench.FIXED]
+    base = tmp_path / "baseline"
+    args += ["--methods", "vanilla,strict"]
+    assert run_json(capsys, [*args, "--draft", "head", "--save-baseline", str(base)])[0] == 0
+    gates = ["--max-regression", "tau=0.02,modelled=0.02", "--baseline", str(base)]
+    code, _, err = run_json(capsys, [*args, "--draft", f"head:{noisy}", *gates])
+    assert code == 2 and "head differs" in err  # another head's run is refused unless asked for
+    code, found, err = run_json(capsys, [*args, "--draft", f"head:{noisy}", *gates, "--baseline-ignore", "head"])
+    assert code == 1 and "tau (tokens per round) changed" in err
+    failed = {(o["scope"], o["gate"]) for o in found["gates"]["outcomes"] if not o["passed"]}
+    assert ("all", "regression:tau") in failed
