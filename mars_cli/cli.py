@@ -493,6 +493,8 @@ def eval_command(
             "--max-regression and --baseline-ignore compare with a stored run: add --baseline PATH")
     ignored = baselines.parse_ignore(baseline_ignore)
     stored = baselines.load(baseline) if baseline is not None else None  # refused before any model loads
+    if save_baseline is not None:
+        ci.check_destination(save_baseline)
     method_list = parse_methods(methods, parse_sweep(sweep) if sweep else [],
                                 parse_tree_sweep(sweep_tree) if sweep_tree else None)
     specs, suites = load_suites(suite, limit, allow_code_execution)

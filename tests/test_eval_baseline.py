@@ -302,3 +302,9 @@ def test_a_noisy_head_is_caught_on_the_embedded_model(capsys, smollm2, tmp_path,
     assert code == 1 and "tau (tokens per round) changed" in err
     failed = {(o["scope"], o["gate"]) for o in found["gates"]["outcomes"] if not o["passed"]}
     assert ("all", "regression:tau") in failed
+
+
+def test_save_baseline_into_a_missing_folder_is_refused_before_the_run(capsys, tiny_dir, tmp_path):
+    code, _, err = run_json(capsys, [*CI_ARGS, "--target", str(tiny_dir), "--save-baseline",
+                                     str(tmp_path / "no" / "such")])
+    assert code == 2 and "does not exist" in err and "evaluating" not in err

@@ -14,6 +14,14 @@ from ..errors import require
 from ..paths import create_directory, write_atomic
 
 
+def check_destination(folder: Path) -> None:
+    """Refuse a --save-baseline DIR that cannot be written, before the run (not after it)."""
+    require(not folder.is_file(), f"--save-baseline {folder} is a file; name a directory")
+    parent = folder if folder.exists() else folder.parent
+    require(parent.is_dir(), f"--save-baseline {folder}: {parent} does not exist (create it first)")
+    require(os.access(parent, os.W_OK), f"--save-baseline {folder}: cannot write to {parent}")
+
+
 def save_baseline(results: dict, folder: Path) -> Path:
     """`--save-baseline DIR`: the run's results document (per-sample figures and cost curve
     included) as DIR/results.json, which `--baseline DIR` reads."""
