@@ -34,7 +34,7 @@ docs: setup
 	@test -x $(BIN)/mkdocs || $(PIP) -c constraints-cpu.txt -e '.[docs]'
 	@out=$$(NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site 2>&1) || { echo "$$out"; exit 1; }
 
-# docs/cli.md is generated from the Typer app; tests/test_docs.py fails when it is stale.
+# docs/cli.md is generated from the Typer app; tests/cli/test_docs.py fails when it is stale.
 cli-docs: setup
 	$(BIN)/python -m mars_cli.docs_cli > docs/cli.md.tmp && mv docs/cli.md.tmp docs/cli.md
 

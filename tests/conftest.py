@@ -130,7 +130,7 @@ def quiet_machine(monkeypatch):
 def steady_machine(monkeypatch):
     """A session makes provisional the cached measurements its own forwards no longer match
     (mars_cli/tuning/drift.py): a loaded test machine would make that, and its note, come and go;
-    tests/test_drift.py overrides this fixture."""
+    tests/tuning/test_drift.py overrides this fixture."""
     from mars_cli.tuning import drift
 
     monkeypatch.setattr(drift, "DRIFT", float("inf"))
@@ -141,7 +141,7 @@ def exact_auto_dtype(monkeypatch):
     """`--dtype auto` measures which dtype decodes fastest here (mars_cli/tuning/dtype.py): timing
     noise would change a test's dtype, and so its outputs, from run to run, and the measurement
     would be cached in the developer's cache. In-process tests get float32 for `auto`, unmeasured
-    and uncached (the exact mode); tests/test_dtype_choice.py overrides this fixture to measure."""
+    and uncached (the exact mode); tests/tuning/test_dtype_choice.py overrides this fixture to measure."""
     from mars_cli.tuning import dtype
     from mars_cli.tuning.choice import Provenance
 
@@ -156,7 +156,7 @@ def exact_auto_dtype(monkeypatch):
 def dense_auto_packing(monkeypatch):
     """`--packed-weights auto` measures whether packed linears pay here (mars_cli/tuning/packing.py):
     as with the dtype, in-process tests get the dense linears for `auto`, unmeasured and uncached;
-    tests/test_packing.py overrides this fixture to measure."""
+    tests/decoding/test_packing.py overrides this fixture to measure."""
     from mars_cli.tuning import packing
     from mars_cli.tuning.choice import Provenance
 
@@ -168,7 +168,7 @@ def dense_auto_packing(monkeypatch):
 def full_auto_int8_head(monkeypatch):
     """`--int8-head auto` measures whether int8 head weights pay here (mars_cli/tuning/int8.py):
     in-process tests get the head's own weights for `auto`, unmeasured and uncached;
-    tests/test_int8_head.py overrides this fixture to measure."""
+    tests/head/test_int8_head.py overrides this fixture to measure."""
     from mars_cli.tuning import int8
     from mars_cli.tuning.choice import Provenance
 
@@ -195,7 +195,7 @@ def fresh_measuring_budget(monkeypatch):
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """A tuning cache of the test's own (never the developer's), notes said afresh (quiet_machine:
-    a quiet machine). tests/test_dtype_choice.py has its own, autouse."""
+    a quiet machine). tests/tuning/test_dtype_choice.py has its own, autouse."""
     from mars_cli import notes
 
     monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
