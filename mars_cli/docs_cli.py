@@ -4,7 +4,7 @@
 
 Each command's help, usage, arguments and options (names, type, default, help), grouped by the
 panels `mars COMMAND --help` shows, read from the Typer app through its click command tree. The
-output depends on the code alone (no terminal width, no environment), so tests/test_docs.py can
+output depends on the code alone (no terminal width, no environment), so tests/cli/test_docs.py can
 compare it with the committed page. The narrative around the flags lives in docs/reference.md,
 one section a command under the same heading (`## \`mars NAME\``), which each command here links
 to: `make docs` (mkdocs --strict) fails when a command has none.
@@ -140,7 +140,7 @@ def render() -> str:
         "# CLI reference",
         "",
         f"Generated from the `mars` command itself by `{COMMAND}` (`make cli-docs`); "
-        "`tests/test_docs.py` fails when this page and the code disagree. Every command and flag with its "
+        "`tests/cli/test_docs.py` fails when this page and the code disagree. Every command and flag with its "
         "type, default and help, grouped as `mars COMMAND --help` shows them. Output formats, the "
         "environment, exit codes and the flags in depth: [reference.md](reference.md).",
         "",

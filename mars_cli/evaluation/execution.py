@@ -4,7 +4,7 @@ Each program runs through the launcher in `jail.py`: a fresh `python -I -B` in a
 (a tmpfs of FOLDER_QUOTA_BYTES), with a minimal environment, no stdin, a wall-clock timeout,
 CPU-time, memory, file-size and process-count limits, as an unprivileged user, in private mount,
 PID and network namespaces, under a root of its own that holds only what Python needs to run
-(docs/errors.md lists what the sandbox holds; tests/test_sandbox.py checks each item). The launcher's process group is killed at
+(docs/errors.md lists what the sandbox holds; tests/evaluation/test_sandbox.py checks each item). The launcher's process group is killed at
 the end of every run and on timeout, and the PID namespace takes every process the program forked
 with it. Where the system cannot build that isolation, code runs only with --weak-sandbox.
 """
