@@ -1,5 +1,6 @@
-"""One-liners on a busy machine with a cold tuning cache: do the measured choices cost anything
-after the first call? (issue 56's busy-machine goal)
+"""One-liners on a busy machine with a cold tuning cache: auto against the same choices given explicitly.
+
+Do the measured choices cost anything after the first call? (issue 56's busy-machine goal)
 
 A second job runs a CPU-bound loop on every core for the whole run. The cache holds the converted
 model but no tuning choice (a first day, or after a drift). After one first call, the same

@@ -1,5 +1,6 @@
-"""Static cache and compiled forwards on the embedded model (CPU by default): what compiling
-costs, and what it buys.
+"""Static cache and compiled forwards on the embedded model: what compiling costs, and what it buys.
+
+CPU by default.
 
 For each dtype, one child process with an empty inductor cache (a first run on a machine: "cold")
 and one reusing that cache (every later run: "warm") measure, on the same prompts:

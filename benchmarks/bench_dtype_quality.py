@@ -1,5 +1,6 @@
-"""What bfloat16 costs in quality, and what stays exact: the built-in suites decoded greedily by
-the target in float32 and in bfloat16, plain and speculative.
+"""What bfloat16 costs in quality, and what stays exact, against float32 on the built-in suites.
+
+The built-in suites decoded greedily by the target in float32 and in bfloat16, plain and speculative.
 
 For every sample (first turn, chat template) it records, per method:
 - agreement with the float32 plain greedy output (identical, token agreement, common prefix);

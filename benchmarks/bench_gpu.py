@@ -1,5 +1,6 @@
-"""GPU benchmark: eager against compiled (static cache + CUDA graphs) forwards and decoding, and
-our loop against transformers' `generate`, in bfloat16 on one CUDA device.
+"""GPU benchmark: eager against compiled forwards and decoding, and our loop against `generate`.
+
+Compiled: static cache + CUDA graphs; in bfloat16 on one CUDA device.
 
 Two parts, so that the timing part needs no weights (a model's speed depends on its shape, not on
 its values; a GPU machine may only receive the embedded GGUF in pieces):

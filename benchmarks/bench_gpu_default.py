@@ -1,6 +1,8 @@
-"""The GPU path (issue 58, item 4): the default `mars generate` (`--compile auto`: a captured target,
-captured head drafting, trees) against plain compiled decoding, MARS at 0.9 and 0.97 beside them,
-and the drafting share of a round, on held-out chat, code and multiturn prompts, interleaved.
+"""The GPU path: the default `mars generate` against plain compiled decoding and MARS, interleaved.
+
+Issue 58, item 4: the default (`--compile auto`: a captured target, captured head drafting,
+trees) against plain compiled decoding, MARS at 0.9 and 0.97 beside them, and the drafting share
+of a round, on held-out chat, code and multiturn prompts, interleaved.
 
     python benchmarks/bench_gpu_default.py --out gpu-default.json              # on the GPU machine
     python benchmarks/bench_gpu_default.py --device cpu --compile off --prompts 3 --new-tokens 16 \\

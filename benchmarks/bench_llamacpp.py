@@ -1,6 +1,8 @@
-"""Side by side on one GGUF: llama.cpp's own llama-bench, our `--engine llama.cpp` (plain, the
-default, MARS at 0.9 and 0.97) and our transformers engine (plain and default), tokens/s on the
-same held-out prompts, methods interleaved prompt by prompt. Run in .venv-llamacpp:
+"""Side by side on one GGUF: llama-bench, our `--engine llama.cpp` and our transformers engine.
+
+llama.cpp's own llama-bench, our `--engine llama.cpp` (plain, the default, MARS at 0.9 and 0.97)
+and our transformers engine (plain and default), tokens/s on the same held-out prompts, methods
+interleaved prompt by prompt. Run in .venv-llamacpp:
 
     bash benchmarks/tools/build_llama_bench.sh          # llama-bench, same llama.cpp and flags
     .venv-llamacpp/bin/python benchmarks/bench_llamacpp.py --out benchmarks/results/llamacpp/CPU.json

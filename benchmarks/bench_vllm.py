@@ -1,5 +1,6 @@
-"""MARS inside vLLM against vLLM's strict rule and plain decoding, at several batch sizes, and
-against our own loop at batch 1 (issue 25's benchmark).
+"""MARS inside vLLM against vLLM's strict rule and plain decoding, and against our own loop.
+
+At several batch sizes, and against our own loop at batch 1 (issue 25's benchmark).
 
 Run with the vLLM environment's Python (make setup-vllm):
 

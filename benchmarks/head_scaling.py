@@ -1,5 +1,7 @@
-"""Where the draft head saturates (issue 27): held-out acceptance against training data, epochs,
-training-time-test depth, loss and draft vocabulary, one arm at a time on the same answers.
+"""Where the draft head saturates: arms trained with train-head's code, scored on the same held-out answers.
+
+Issue 27: held-out acceptance against training data, epochs, training-time-test depth, loss and
+draft vocabulary, one arm at a time on the same answers.
 
     python benchmarks/head_scaling.py --generations GEN.jsonl --out benchmarks/results/head-scaling \
         --arms "a:tokens=0.25;b:tokens=0.5;c:tokens=1;d:tokens=0.5,depth=6;e:tokens=0.5,loss=hard"

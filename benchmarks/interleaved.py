@@ -1,6 +1,9 @@
-"""Methods side by side in one process: each a `Session` of its own options, the same held-out
-prompts, fixed-length decodes, methods rotated prompt by prompt after a warm-up. Shared by
-bench_llamacpp.py and bench_gpu_default.py."""
+"""Methods side by side in one process, rotated prompt by prompt (bench_llamacpp.py, bench_gpu_default.py).
+
+Each method a `Session` of its own options, the same held-out prompts, fixed-length decodes,
+methods rotated prompt by prompt after a warm-up. A module, not a command: imported by
+bench_llamacpp.py and bench_gpu_default.py.
+"""
 
 from __future__ import annotations
 

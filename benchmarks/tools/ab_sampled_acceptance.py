@@ -1,5 +1,6 @@
-"""A/B two revisions' sampling rule on the same seeds: is a sampled chain accepted as often after a
-change to the verification rules (or to how seeds drive sampling) as before?
+"""A/B two revisions' sampling rule on the same seeds: is a sampled chain accepted as often as before?
+
+After a change to the verification rules (or to how seeds drive sampling).
 
 Each revision's `mars_cli` is extracted as in bench_revisions.py and runs its own loop, drafter and
 verifier over one shared target (the embedded SmolLM2-135M in float32) and one shared drafter:

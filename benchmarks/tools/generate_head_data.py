@@ -1,5 +1,7 @@
-"""Answer a share of `mars train-head`'s prompts on another machine (a GPU, where batched
-generation is many times faster), into a generations.jsonl to append to the training cache.
+"""Answers a share of `mars train-head`'s prompts into a generations.jsonl for its training cache.
+
+On another machine (a GPU, where batched generation is many times faster); the file is appended
+to the training cache.
 
     python benchmarks/tools/generate_head_data.py --prompts mars_cli/data/head_prompts_large.jsonl \
         --max-new-tokens 256 --sampled-share 0.5 --modes sampled-then-greedy --batch 1024 --device cuda --out gen.jsonl

@@ -307,34 +307,70 @@ def measure(head: Eagle3Head, held: list[Stored], store, target_rows, k: int) ->
     return asdict(figures) | {"tau": figures.tau, "decoding_tau": figures.decoding_tau}
 
 
+EPILOG = """inputs:
+  --prompts     JSONL prompt files (a `prompt` or `messages` per line, as `mars train-head --prompts`); the
+                first file's every tenth prompt is held out (answered greedily, never trained on, scored)
+  --answers     gzipped JSONL answers made earlier: {"file", "index", "mode", "prompt_ids", "output_ids"}
+                a line, as gen.jsonl.gz below (benchmarks/data/*-answers.jsonl.gz are two of them)
+  --init        a head directory (config.json + model.safetensors); default the shipped head
+  the target    smollm2-135m, loaded as `mars` loads it (on a bare GPU machine: docs/gpu.md's set-up)
+
+outputs, under --out (rewritten as the run goes, so a run cut short still leaves its last heads):
+  log.json      the arguments, device, timings, answers per file, steps, per-step time, held-out KL at
+                each check, losses, and the final held-out figures of the start head and of each arm
+  gen.jsonl.gz  every answer of this run (and those taken from --answers), for --answers of a later run
+  same/, wide/  per arm: config.json and the weights in two halves, head-1.safetensors and
+                head-2.safetensors (under 16 MiB each); --join ARM_DIR --out HEAD makes a head directory
+  --work        the answers as they are made (gen-N.jsonl per prompt file), what --keep-answers resumes
+
+exit status: 0 when the run ends (at --budget or --max-steps), 2 on a bad argument, 1 on any other failure.
+"""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Flags with their defaults (where they have one), and the description and epilog as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        shown = action.default not in (None, False, "", argparse.SUPPRESS) and action.option_strings
+        return f"{action.help} (default: %(default)s)" if shown else action.help or ""
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--prompts", help="comma-separated prompt files, answered in this order; FILE@2 answers "
-                        "FILE's training prompts again, each in the other mode (@3 and later: sampled afresh)")
+                        "FILE's training prompts again, each in the other mode (@3 and later: sampled afresh); "
+                        "required for a run")
     parser.add_argument("--answers", default="",
                         help="comma-separated answers files made earlier (gen.jsonl.gz here, or on a CPU): "
-                             "their answers to these prompt files are used, not made again")
+                             "their answers to these prompt files are used, not made again, where the prompt "
+                             "ids and the mode still match")
     parser.add_argument("--join", type=Path, help="instead of a run: join the halves an arm's folder holds into a "
                                                  "head directory at --out")
-    parser.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run")
-    parser.add_argument("--answer-share", type=float, default=0.45, help="share of the budget for answering")
+    parser.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run, the target's load "
+                                                                   "included")
+    parser.add_argument("--answer-share", type=float, default=0.45,
+                        help="share of the budget for answering (answering stops there)")
     parser.add_argument("--reserve", type=float, default=45.0, help="seconds kept for the final measures and saves")
-    parser.add_argument("--answer-batch", type=int, default=2048)
-    parser.add_argument("--feature-batch", type=int, default=64)
+    parser.add_argument("--answer-batch", type=int, default=2048, help="prompts answered together")
+    parser.add_argument("--feature-batch", type=int, default=64, help="answers a feature-extraction forward")
     parser.add_argument("--batch", type=int, default=64, help="answers a training step")
-    parser.add_argument("--lr", type=float, default=6e-4)
-    parser.add_argument("--depth", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=6e-4, help="peak learning rate (5%% warm-up, cosine to 10%%)")
+    parser.add_argument("--depth", type=int, default=3, help="training-time-test passes")
     parser.add_argument("--widen", type=int, default=2, help="the `wide` arm's MLP factor (0: no such arm)")
     parser.add_argument("--evals", type=int, default=6, help="held-out KL checks (and saves) during training")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="longest answer")
     parser.add_argument("--answer-dtype", default="bfloat16", help="the target's dtype while answering")
-    parser.add_argument("--init", type=Path, help="start from this head directory (default: the shipped head)")
+    parser.add_argument("--init", type=Path, help="start from this head directory; without it, the shipped head")
     parser.add_argument("--keep-answers", action="store_true",
-                        help="go on from the answers an earlier run on this machine left (default: answer afresh)")
+                        help="go on from the answers an earlier run on this machine left in --work; "
+                             "without it, answer afresh")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/gpu-train-head"),
+                        help="folder for the answers as they are made")
     parser.add_argument("--limit", type=int, default=0, help="answer only the first N prompts of each file (tests)")
     parser.add_argument("--max-steps", type=int, default=0, help="at most this many steps (tests)")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda", help="cuda, or cpu (with --limit: how it is tested)")
+    parser.add_argument("--out", type=Path, required=True, help="the run's folder (with --join: the head directory)")
     args = parser.parse_args()
     if args.join:
         join_head(args.join, args.out)
@@ -355,7 +391,7 @@ def main() -> None:
     record["timings"]["load"] = time.time() - started
     log(f"target loaded on {record['device']}")
 
-    work = Path("/tmp/gpu-train-head")
+    work = args.work
     work.mkdir(parents=True, exist_ok=True)
     for stale in work.glob("gen-*.jsonl"):
         if not args.keep_answers:

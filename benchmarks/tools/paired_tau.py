@@ -5,16 +5,18 @@ two heads that are equally good on average (step 16, docs/head.md): on 24 sample
 under about 0.1 is noise. This pairs each sample's two runs (the same prompt, so the same text
 to draft against), and resamples samples to give a 90% interval for the pooled tau's change.
 
-Each side is `FILE:METHOD`, a `mars eval` samples.jsonl and a method name in it (a unique
-substring is enough), so two runs of the same suites can be compared:
+Each side is `FILE:METHOD`, a `mars eval` samples.jsonl (or the samples.jsonl.gz a run kept under
+benchmarks/results/ is stored as) and a method name in it (a unique substring is enough), so two
+runs of the same suites can be compared; here the step-13 head against the step-18 head:
 
-    python benchmarks/tools/paired_tau.py benchmarks/results/eval-head-s13/samples.jsonl:head+4x16 \
-        benchmarks/results/eval-head-s16/samples.jsonl:s16+4x16
+    python benchmarks/tools/paired_tau.py benchmarks/results/eval-lookup-off/samples.jsonl.gz:head+4x16 \
+        benchmarks/results/eval-head-gpu/samples.jsonl.gz:g3+4x16
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
 import sys
@@ -36,7 +38,8 @@ def read_side(spec: str) -> tuple[str, Runs]:
     path, _, wanted = spec.rpartition(":")
     if not path or not Path(path).is_file():
         fail(f"{spec}: expected FILE:METHOD with FILE a samples.jsonl of `mars eval`")
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    text = gzip.decompress(Path(path).read_bytes()).decode() if path.endswith(".gz") else Path(path).read_text()
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     names = sorted({row["method"] for row in rows if wanted in row["method"]})
     if len(names) != 1:
         fail(f"{spec}: {len(names)} methods match {wanted!r} ({', '.join(names) or 'none'})")
