@@ -56,8 +56,13 @@ def noisy_head(scale: float, folder: Path, seed: int = 0) -> Path:
     return out
 
 
-def mars_eval(arguments: list[str], out: Path) -> dict:
-    """One `mars eval` run in its own process; its results document."""
+def mars_eval(arguments: list[str], out: Path, reuse: bool = False) -> dict:
+    """One `mars eval` run in its own process; its results document (`reuse`: a finished run of
+    an earlier invocation is read instead of run again)."""
+    if reuse and (out / "results.json").exists():
+        document = json.loads((out / "results.json").read_text())
+        if document.get("complete"):
+            return {**document, "elapsed_s": None}
     shutil.rmtree(out, ignore_errors=True)
     command = [str(Path(sys.executable).with_name("mars")), "eval", *arguments, "--out", str(out)]
     started = time.perf_counter()
@@ -98,6 +103,8 @@ def main() -> None:
     parser.add_argument("--scales", default="0.06,0.1,0.14", help="noise scales of the planted heads")
     parser.add_argument("--sizes", default="4,8,12", help="samples a suite, for the rates")
     parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--sampled-limit", type=int, default=8, help="samples a suite in the two sampled runs")
+    parser.add_argument("--reuse", action="store_true", help="read runs an earlier invocation finished")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -107,12 +114,13 @@ def main() -> None:
     heads = {scale: noisy_head(scale, work) for scale in scales}
     pool = ["--suite", args.suite, "--limit", str(args.limit), "-n", str(args.tokens), *FIXED]
     methods = ",".join(["vanilla", "strict:head", *(f"strict:head:{path}" for path in heads.values())])
-    first = mars_eval([*pool, "--methods", methods], work / "run-1")
+    first = mars_eval([*pool, "--methods", methods], work / "run-1", args.reuse)
     again = mars_eval([*pool, "--methods", "vanilla,strict:head", "--baseline", str(work / "run-1"),
                        "--baseline-ignore", "head", "--max-regression", "tau=0,modelled=0,agreement=0,logprob=0"],
-                      work / "run-2")
-    sampled = [mars_eval([*pool, "--methods", "vanilla,strict:head", "--temperature", "0.7", "--seed", str(seed)],
-                         work / f"sampled-{seed}") for seed in (1, 2)]
+                      work / "run-2", args.reuse)
+    small = ["--suite", args.suite, "--limit", str(args.sampled_limit), "-n", str(args.tokens), *FIXED]
+    sampled = [mars_eval([*small, "--methods", "vanilla,strict:head", "--temperature", "0.7", "--seed", str(seed)],
+                         work / f"sampled-{seed}", args.reuse) for seed in (1, 2)]
 
     records, curve = first["samples"], first["cost_curve"]
     base = renamed(records, "strict:head", "strict:head")
@@ -130,15 +138,16 @@ def main() -> None:
     unchanged = [c for c in again["baseline"]["comparisons"] if c["deterministic"]]
     sampled_base = renamed(sampled[0]["samples"], "strict:head", "strict:head")
     sampled_now = renamed(sampled[1]["samples"], "strict:head", "strict:head")
+    sampled_sizes = [n for n in map(int, args.sizes.split(",")) if n <= args.sampled_limit]
     false_alarms = {
         "deterministic_rerun": {"comparisons": len(unchanged),
                                 "nonzero": sum(c["change"] != 0 or c["low"] != 0 or c["high"] != 0 for c in unchanged),
                                 "gates_failed": again["gates"]["failures"]},
         "sampled_tau": {str(n): rate(sampled_now, sampled_base, curve, n, {"tau": 0.0}, args.trials, 2, False)
-                        for n in map(int, args.sizes.split(","))},
+                        for n in sampled_sizes},
         "sampled_tau_agreement_logprob": {
             str(n): rate(sampled_now, sampled_base, curve, n, {"tau": 0.0, "agreement": 0.0, "logprob": 0.0},
-                         args.trials, 3, False) for n in map(int, args.sizes.split(","))},
+                         args.trials, 3, False) for n in sampled_sizes},
         "wall_speedup": {str(n): rate(renamed(again["samples"], "strict:head", "strict:head"), base, curve, n,
                                       {"speedup": 0.0}, args.trials, 4, True) for n in map(int, args.sizes.split(","))},
     }
