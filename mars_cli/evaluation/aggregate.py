@@ -21,11 +21,13 @@ def scopes(suites: list[str]) -> list[str]:
     return [*suites, "all"] if len(suites) > 1 else list(suites)
 
 
-def aggregate(records: list[dict], methods: list[Method], suites: list[str], curve: CostCurve | None = None) -> dict:
+def aggregate(records: list[dict], methods: list[Method], suites: list[str], curve: CostCurve | None = None,
+              figures: list[dict] | None = None) -> dict:
     """Per suite and overall: one row per method, speed and quality side by side. `curve` prices
-    the target forwards for the modelled speedup (none: no modelled speedup)."""
+    the target forwards for the modelled speedup (none: no modelled speedup); `figures`: the
+    records' sample_figures where the caller has them already."""
     table: dict[str, list[dict]] = {}
-    figures = sample_figures(records)
+    figures = sample_figures(records) if figures is None else figures
     for scope in scopes(suites):
         chosen = [r for r in records if scope == "all" or r["suite"] == scope]
         chosen_figures = [f for f in figures if scope == "all" or f["suite"] == scope]

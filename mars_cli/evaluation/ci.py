@@ -24,8 +24,8 @@ def check_destination(folder: Path) -> None:
 
 def save_baseline(results: dict, folder: Path) -> Path:
     """`--save-baseline DIR`: the run's results document (per-sample figures and cost curve
-    included) as DIR/results.json, which `--baseline DIR` reads."""
-    require(not folder.is_file(), f"--save-baseline {folder} is a file; name a directory")
+    included) as DIR/results.json, which `--baseline DIR` reads (check_destination vetted DIR
+    before the run)."""
     create_directory(folder)
     path = folder / "results.json"
     write_atomic(path, json.dumps(results, indent=1, ensure_ascii=False))

@@ -140,7 +140,7 @@ def build_results(command: str, suites: list[Suite], methods: list[Method], desc
         "identity": identity or {},
         "determinism": determinism or {"deterministic": False, "because": ["not recorded"]},
         "cost_curve": cost_curve,
-        "table": aggregate(records, methods, names, curve),
+        "table": aggregate(records, methods, names, curve, figures),
     }
     overall = "all" if len(suites) > 1 else names[0]
     outcomes = check_gates(results["table"][overall], gates.min_speedup, gates.max_quality_drop, overall)
