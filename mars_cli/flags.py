@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
-from .models import DEFAULT_TARGET, EMBEDDED
+from .models.embedded import DEFAULT_TARGET, EMBEDDED
 from .options import DEFAULT_HEAD_CONFIDENCE, DEFAULT_NUM_DRAFT, DecodingOptions
 
 DECODING = "Decoding"

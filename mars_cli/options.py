@@ -13,15 +13,16 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
-from .decoding.sampling import SamplingParams
-from .decoding.rules import MARGIN_MEASURES
 from .errors import check_seed, require
-from .models import DEFAULT_TARGET
+from .models.embedded import DEFAULT_TARGET
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the decoding core imports torch: options stay light for the CLI's warm path
     import torch
 
+    from .decoding.sampling import SamplingParams
     from .models import LoadedModel
+
+MARGIN_MEASURES: tuple[str, ...] = ("logit-ratio", "prob-ratio")  # decoding/rules.py's measures (a test keeps them equal)
 
 MAX_NUM_DRAFT = 64
 AUTO = "auto"
@@ -162,6 +163,8 @@ class SamplingOptions:
 
     @property
     def params(self) -> SamplingParams:
+        from .decoding.sampling import SamplingParams
+
         return SamplingParams(self.temperature, self.top_k, self.top_p)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.table import Table
 
 
-def stats_table(stats: dict, config: dict) -> Table:
-    """The `--stats` table of `mars generate`."""
+def stats_table(stats: dict, config: dict, server: dict | None = None) -> Table:
+    """The `--stats` table of `mars generate`; `server`: the warm server that decoded it, if one did."""
     table = Table(title="decoding stats", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
@@ -36,6 +36,8 @@ def stats_table(stats: dict, config: dict) -> Table:
     if stats.get("startup_s"):
         table.add_row("start-up", ", ".join(f"{phase} {seconds:.2f} s" for phase, seconds in stats["startup_s"].items()
                                             if seconds is not None))
+    if server:
+        table.add_row("decoded by", f"the warm server (pid {server['pid']}; session {server['session']})")
     return table
 
 

@@ -19,17 +19,20 @@ def process_age_s() -> float | None:
 
 
 class Startup:
-    """Laps of one command: `imported()` when the command begins, `loaded(tuning_s)` when its
-    session is built, then `phases(...)` once it has decoded."""
+    """Laps of one command: made when the command begins, `built(tuning_s)` when its session is
+    built, then `phases(...)` once it has decoded. `import_s`: the seconds before the command began
+    (this process's age; the client's, for a request the warm server decodes); `tuning_s`: the
+    tuning layer's tally when the command began (a warm server's tally runs across requests)."""
 
-    def __init__(self) -> None:
-        self.import_s = process_age_s()
+    def __init__(self, import_s: float | None = None, tuning_s: float = 0.0, *, measure_import: bool = True) -> None:
+        self.import_s = process_age_s() if measure_import and import_s is None else import_s
         self.began = time.perf_counter()
         self.build_s = 0.0
-        self.tuning_at_build = 0.0
+        self.tuning_at_start = tuning_s
+        self.tuning_at_build = tuning_s
 
     def built(self, tuning_s: float) -> None:
-        """The session is built; `tuning_s`: the tuning layer's seconds so far."""
+        """The session is built; `tuning_s`: the tuning layer's tally now."""
         self.build_s = time.perf_counter() - self.began
         self.tuning_at_build = tuning_s
 
@@ -37,5 +40,7 @@ class Startup:
         """Seconds per phase: the session's build less its tuning is `load`; tuning during
         decoding (a cost curve read on the first round) counts as tuning, not decoding."""
         late_tuning = tuning_s - self.tuning_at_build
-        return {"import": self.import_s, "load": max(self.build_s - self.tuning_at_build, 0.0), "tuning": tuning_s,
+        build_tuning = self.tuning_at_build - self.tuning_at_start
+        return {"import": self.import_s, "load": max(self.build_s - build_tuning, 0.0),
+                "tuning": tuning_s - self.tuning_at_start,
                 "prefill": prefill_s, "decoding": max(wall_s - prefill_s - late_tuning, 0.0)}

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MARS_SERVER", "off")  # tests decode in their own process: no warm server (warm/)
 torch.set_num_threads(2)
 
 # CI explores the same examples every run (a failure there is reproducible); locally hypothesis

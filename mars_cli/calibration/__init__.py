@@ -11,22 +11,34 @@
     run.py          one calibrate run: request, prompts or suites, target, modes, written profile
 
 What the CLI needs is exported here, so it imports this package only; decoding sessions take
-their threshold from profiles.resolve_threshold.
+their threshold from profiles.resolve_threshold. The names are imported on first use (PEP 562):
+a session that reads only profiles.py imports none of the calibrating code.
 """
 
-from .objectives import DEFAULT_OBJECTIVE
-from .plot import plot_sweeps, replot
-from .run import Calibration, CalibrationRequest, default_destination
-from .sweep import DEFAULT_LIMIT, DEFAULT_SUITES, parse_limit
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_LIMIT",
-    "DEFAULT_OBJECTIVE",
-    "DEFAULT_SUITES",
-    "Calibration",
-    "CalibrationRequest",
-    "default_destination",
-    "parse_limit",
-    "plot_sweeps",
-    "replot",
-]
+import importlib
+from typing import Any
+
+_HOME_OF = {
+    "DEFAULT_OBJECTIVE": "objectives",
+    "plot_sweeps": "plot",
+    "replot": "plot",
+    "Calibration": "run",
+    "CalibrationRequest": "run",
+    "default_destination": "run",
+    "DEFAULT_LIMIT": "sweep",
+    "DEFAULT_SUITES": "sweep",
+    "parse_limit": "sweep",
+}
+
+__all__ = sorted(_HOME_OF)
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

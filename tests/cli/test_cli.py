@@ -164,7 +164,9 @@ def test_commands_keep_their_own_defaults_and_flags():
 
     from mars_cli.cli import app
 
-    commands = typer.main.get_command(app).commands
+    group = typer.main.get_command(app)
+    context = typer.Context(group)
+    commands = {name: group.get_command(context, name) for name in group.list_commands(context)}
     flags = {name: {p.name: p for p in command.params} for name, command in commands.items()}
     assert [flags[name]["draft"].default for name in ("generate", "profile", "eval")] == ["auto", "ngram", "ngram"]
     assert "verify" not in flags["eval"] and "force" in flags["eval"] and "force" in flags["profile"]
@@ -176,7 +178,7 @@ def test_stdin_is_read_no_further_than_the_bound(capsys, monkeypatch, tiny_dir):
     """A huge or endless stdin is refused after MAX_PROMPT_BYTES + 1 bytes, in one line, exit 2."""
     import io
 
-    from mars_cli import cli
+    from mars_cli.commands import common
 
     class Endless(io.RawIOBase):
         def readable(self) -> bool:
@@ -192,8 +194,8 @@ def test_stdin_is_read_no_further_than_the_bound(capsys, monkeypatch, tiny_dir):
         def isatty(self) -> bool:
             return False
 
-    monkeypatch.setattr(cli, "MAX_PROMPT_BYTES", 4096)
-    monkeypatch.setattr(cli.sys, "stdin", Stdin())
+    monkeypatch.setattr(common, "MAX_PROMPT_BYTES", 4096)
+    monkeypatch.setattr(common.sys, "stdin", Stdin())
     code, out, err = run_cli(capsys, "generate", "-", "--target", str(tiny_dir), "--device", "cpu")
     assert code == 2 and out == "" and err.strip().endswith("no model's context window holds that much")
     assert len(err.strip().splitlines()) == 1

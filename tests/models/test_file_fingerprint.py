@@ -60,8 +60,8 @@ def test_matches_the_loaded_model(tmp_path, tied):
 def test_large_tensors_read_by_sample(tmp_path, monkeypatch):
     path = save_tiny(tmp_path, tied=True)
     expected = file_fingerprint(path)
-    monkeypatch.setattr(models, "_WHOLE_READ_ELEMENTS", 0)  # every tensor read element by element
-    models._remembered_file_fingerprint.cache_clear()  # read the files again, not the remembered digest
+    monkeypatch.setattr(models.fingerprint, "_WHOLE_READ_ELEMENTS", 0)  # every tensor read element by element
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "fresh-cache"))  # read the files again, not the remembered digest
     assert file_fingerprint(path) == expected == loaded_fingerprint(path)
 
 

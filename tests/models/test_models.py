@@ -29,7 +29,7 @@ def test_auto_dtype_never_reads_the_cpu_flag(monkeypatch):
     def refuse() -> bool:
         raise AssertionError("--dtype auto read the CPU flag")
 
-    monkeypatch.setattr(models, "cpu_computes_bfloat16", refuse)
+    monkeypatch.setattr(models.device, "cpu_computes_bfloat16", refuse)
     assert resolve_dtype("auto", torch.device("cpu")) is None
 
 
@@ -46,7 +46,7 @@ def test_bfloat16_without_native_instructions_notes_in_one_line(monkeypatch, cap
     from mars_cli import notes
 
     monkeypatch.setattr(notes, "_SHOWN", set())  # said once per process: an earlier test may have said it
-    monkeypatch.setattr(models, "cpu_computes_bfloat16", lambda: False)
+    monkeypatch.setattr(models.device, "cpu_computes_bfloat16", lambda: False)
     assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
     assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16  # a draft model: not said twice
     lines = capsys.readouterr().err.strip().splitlines()
@@ -89,7 +89,7 @@ def test_cache_entry_validation_detects_truncation_and_corruption(tmp_path):
     entry.mkdir()
     (entry / "model.safetensors").write_bytes(b"x" * 1000)
     (entry / "config.json").write_text("{}")
-    manifest = {"format": models.CACHE_FORMAT, "files": models._manifest(entry)}
+    manifest = {"format": models.CACHE_FORMAT, "files": models.gguf_cache._manifest(entry)}
     (entry / "manifest.json").write_text(json.dumps(manifest))
     assert cache_entry_is_valid(entry)
     (entry / "model.safetensors").write_bytes(b"x" * 999)
@@ -183,8 +183,8 @@ def slow_dequantise(gguf_path, staging):
     (staging / "model.safetensors").write_bytes(b"w" * 4096)
     (staging / "config.json").write_text("{}")
 
-models._check_gguf = lambda path: None
-models._dequantise = slow_dequantise
+models.gguf_cache._check_gguf = lambda path: None
+models.gguf_cache._dequantise = slow_dequantise
 print(models.gguf_cache_entry(Path(sys.argv[1])))
 """
 
@@ -228,8 +228,8 @@ def test_stale_conversion_temporaries_are_removed_unless_a_live_process_owns_the
     def dequantise(gguf_path, staging):
         (staging / "config.json").write_text("{}")
 
-    monkeypatch.setattr(models, "_check_gguf", lambda path: None)
-    monkeypatch.setattr(models, "_dequantise", dequantise)
+    monkeypatch.setattr(models.gguf_cache, "_check_gguf", lambda path: None)
+    monkeypatch.setattr(models.gguf_cache, "_dequantise", dequantise)
     entry = models.gguf_cache_entry(gguf)
     held.close()
     assert cache_entry_is_valid(entry)

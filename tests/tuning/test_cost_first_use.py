@@ -417,7 +417,7 @@ def test_interpolation_and_shape_with_few_widths():
 def test_bfloat16_without_native_instructions_claims_nothing_false(monkeypatch, capsys):
     """On this AVX2 CPU bfloat16 plain decoding ran 1.45x faster than float32: the old warning
     ("runs emulated (slower than float32)") was false here."""
-    monkeypatch.setattr(models, "cpu_computes_bfloat16", lambda: False)
+    monkeypatch.setattr(models.device, "cpu_computes_bfloat16", lambda: False)
     assert models.resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "slower than float32" not in lines[0] and "emulated" not in lines[0]

@@ -1,0 +1,50 @@
+"""One `mars generate` request on a built session, as the events the command renders.
+
+The command decodes in its own process or asks the warm server (warm/server.py) to; both run
+this, so both print the same text, notes, JSON and table. Events, in order:
+`{"delta": TEXT}` (new text, streaming mode only), `{"ended": True}` (the text is complete),
+then the drift check's notes (on stderr), then `{"done": PAYLOAD}`, the `--json` object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .decoding.stats import DecodeStats
+from .session import Session
+from .startup import Startup
+from .tuning.clock import TALLY
+
+
+def events(session: Session, text: str, startup: Startup, stream_text: bool) -> Iterator[dict]:
+    """Decode `text` with `session`; `startup` has lapped `built` already."""
+    prompt_ids = session.encode(text)
+    stats = DecodeStats()
+    tokens: list[int] = []
+    printed = ""
+    for chunk in session.stream(prompt_ids, stats):
+        tokens.extend(chunk)
+        if stream_text:
+            full = session.decode_text(tokens)
+            if not full.endswith("\ufffd") and full.startswith(printed):  # hold back a partial character
+                yield {"delta": full[len(printed):]}
+                printed = full
+    phases = startup.phases(TALLY.seconds, stats.phase_s["prefill"], stats.wall_s)
+    payload = {
+        "text": session.decode_text(tokens),
+        "new_tokens": len(tokens),
+        "token_ids": tokens,
+        "config": session.config(),
+        "stats": {**stats.summary(), "startup_s": phases},
+        "tuning": session.tuning_report(),
+    }
+    yield {"ended": True}
+    session.check_drift(stats)
+    yield {"done": payload}
+
+
+def build(options: object, startup: Startup) -> Session:
+    """The session for `options`, timed as the start-up's load (and tuning) phase."""
+    session = Session(options)  # type: ignore[arg-type]
+    startup.built(TALLY.seconds)
+    return session
