@@ -140,9 +140,9 @@ def eval_command(
         identity = ev.run_identity(described[0], suites, sessions, options)
         if stored is not None:  # before any sample runs
             baselines.check_comparable(identity, stored, ignored, baseline)
-        with progress() as progress:
-            task = progress.add_task("evaluating", total=total)
-            advance = lambda name: progress.update(task, advance=1, description=f"evaluating ({name})")  # noqa: E731
+        with progress() as bar:
+            task = bar.add_task("evaluating", total=total)
+            advance = lambda name: bar.update(task, advance=1, description=f"evaluating ({name})")  # noqa: E731
             if on_vllm:
                 vllm_eval.evaluate(suites, method_list, options, engines, log, batch_size, allow_code_execution,
                                    advance, strict_sandbox)
