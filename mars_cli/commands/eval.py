@@ -99,6 +99,10 @@ def eval_command(
     stored = baselines.load(baseline) if baseline is not None else None  # refused before any model loads
     if save_baseline is not None:
         ci.check_destination(save_baseline)
+    # every file written for CI, checked before any model loads (a --junit naming a device, the
+    # baseline or results.json was replaced after the whole run)
+    ci.check_outputs(junit, out_dir, baselines.baseline_file(baseline) if baseline is not None else None,
+                     save_baseline)
     method_list = parse_methods(methods, parse_sweep(sweep) if sweep else [],
                                 parse_tree_sweep(sweep_tree) if sweep_tree else None)
     specs, suites = load_suites(suite, limit, allow_code_execution)
@@ -158,8 +162,9 @@ def eval_command(
         curve = {**stored["cost_curve"], "source": f"the baseline's ({baseline})"} if stored.get("cost_curve") else None
     else:
         curve = None if interrupted else ev.cost_curve(sessions or {}, log.records)
+    command = reproduce_command("eval").encode("utf-8", "backslashreplace").decode()  # argv: bytes not UTF-8
     results, failures = build_results(
-        reproduce_command("eval"), suites, method_list, described, repeats, not interrupted, log.records, gates,
+        command, suites, method_list, described, repeats, not interrupted, log.records, gates,
         identity=identity, cost_curve=curve, determinism=determinism(options, method_list, str(described[0].get("dtype"))),
         baseline=(stored, str(baseline)) if stored is not None else None)
     if out_dir is not None:

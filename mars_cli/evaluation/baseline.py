@@ -86,12 +86,17 @@ def parse_ignore(text: str | None) -> set[str]:
 
 
 # --------------------------------------------------------------------------- the stored run
+def baseline_file(path: Path) -> Path:
+    """--baseline's file: a run directory's results.json, or the file named."""
+    return path / "results.json" if path.is_dir() else path
+
+
 def load(path: Path) -> dict:
     """A baseline: a run directory (its results.json) or the results.json itself, checked for
     what a comparison reads."""
     from ..inputs import LOG_LIMIT, read_text
 
-    file = path / "results.json" if path.is_dir() else path
+    file = baseline_file(path)
     require(file.exists(), f"--baseline {path}: no such run (expected a run directory or its results.json)")
     try:
         document = json.loads(read_text(file, "baseline", LOG_LIMIT))

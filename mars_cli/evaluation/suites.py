@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,8 @@ def load_suite(spec: str, limit: int | None = None) -> Suite:
     elif spec.startswith("hf:"):
         suite = _hf_dataset(spec, limit)
     elif spec.endswith(".jsonl") or Path(spec).is_file():
-        suite = Suite(Path(spec).stem, _read_jsonl(Path(spec), Path(spec).stem), None)
+        name = printable_name(Path(spec).stem)
+        suite = Suite(name, _read_jsonl(Path(spec), name), None)
         if any("test" in s.reference for s in suite.samples):
             suite.metric = "tests"  # the user's own code suite: scored only with --allow-code-execution
         elif any("answer" in s.reference for s in suite.samples):
@@ -82,6 +84,9 @@ def load_suites(text: str, limit: int | None, allow_code_execution: bool) -> tup
     --allow-code-execution: speed and agreement are measured, the task metric is not, and one line
     on stderr says so."""
     specs = [part.strip() for part in text.split(",") if part.strip()]
+    if not specs:
+        raise UserError(f"--suite {text!r} names no suite: use one of {', '.join(suite_names())}, all, "
+                        "a .jsonl file or hf:NAME[:CONFIG][:SPLIT]")
     specs = [name for spec in specs for name in (list(ALL) if spec == "all" else [spec])]
     suites = [load_suite(spec, limit) for spec in specs]
     names = [suite.name for suite in suites]
@@ -94,6 +99,14 @@ def load_suites(text: str, limit: int | None, allow_code_execution: bool) -> tup
         note(f"{', '.join(unscored)} {'is' if len(unscored) == 1 else 'are'} scored by running generated code: "
              "without --allow-code-execution the task metric is not reported (speed and agreement are)")
     return specs, suites
+
+
+def printable_name(text: str) -> str:
+    """A suite's name from a file name, as text every output can hold (results.json, JUnit XML, a
+    terminal): bytes that are not UTF-8 (a file name's surrogate escapes) and control characters
+    become visible escapes (\\xff, \\x1b). It keys the results and names the suite everywhere."""
+    decoded = os.fsencode(text).decode("utf-8", "backslashreplace")
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 else c for c in decoded)
 
 
 def _read_jsonl(path: Path, name: str) -> list[Sample]:
@@ -159,7 +172,8 @@ def _sample_from_record(record: dict, default_id: str, where: str) -> Sample:
     if not (isinstance(sample_id, str) and sample_id.strip()) and not (isinstance(sample_id, int)
                                                                       and not isinstance(sample_id, bool)):
         raise UserError(f"{where}: 'id' must be a non-empty string or an integer, got {_short(sample_id)}")
-    return Sample(str(sample_id), turns, reference)
+    # a JSON escape can make a lone surrogate ("\\udcff"), which no UTF-8 output can hold
+    return Sample(str(sample_id).encode("utf-8", "backslashreplace").decode("utf-8"), turns, reference)
 
 
 def _check_unique_ids(suite: Suite, spec: str) -> None:
