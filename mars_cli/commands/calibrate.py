@@ -16,7 +16,7 @@ from ..notes import note
 from ..options import DecodingOptions
 from ..paths import claim_output
 from ..render import calibration_table
-from .common import check_writable_file, check_writable_profile, out, progress, remove_leftovers, reproduce_command
+from .common import check_writable_file, check_writable_profile, out, progress_bar, remove_leftovers, reproduce_command
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -87,7 +87,7 @@ def calibrate(
     claim_output(request.destination, "calibrate")  # its partial file too: one writer at a time
     remove_leftovers(request.destination, request.partial)
     job.load()  # the interrupted run's positions (--resume) and the target
-    with progress() as progress:
+    with progress_bar() as progress:
         def start_pass(stage: str, total: int) -> Callable[[int], None]:
             task = progress.add_task(stage, total=total)
             return lambda n: progress.advance(task, n)

@@ -78,7 +78,7 @@ def remove_leftovers(*paths: Path) -> None:
              f"{paths[0]}")
 
 
-def progress():
+def progress_bar():
     """The progress bar long commands draw on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 

@@ -13,7 +13,7 @@ from ..errors import require
 from ..flags import DECODING_FLAGS, decoding_flags
 from ..options import DecodingOptions
 from ..render import eval_table
-from .common import err, out, progress, reproduce_command
+from .common import err, out, progress_bar, reproduce_command
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -144,7 +144,7 @@ def eval_command(
         identity = ev.run_identity(described[0], suites, sessions, options)
         if stored is not None:  # before any sample runs
             baselines.check_comparable(identity, stored, ignored, baseline)
-        with progress() as bar:
+        with progress_bar() as bar:
             task = bar.add_task("evaluating", total=total)
             advance = lambda name: bar.update(task, advance=1, description=f"evaluating ({name})")  # noqa: E731
             if on_vllm:

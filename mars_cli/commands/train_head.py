@@ -11,7 +11,7 @@ from ..errors import require
 from ..flags import decoding_flags
 from ..options import DecodingOptions
 from ..paths import claim_output
-from .common import check_writable_file, out, progress, remove_leftovers, reproduce_command
+from .common import check_writable_file, out, progress_bar, remove_leftovers, reproduce_command
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -90,7 +90,7 @@ def train_head(
                       destination / "config.json")
     training = HeadTraining(options.model, recipe, checkpoint_path(destination) if resume and not data_only else None)
     if data_only:
-        with progress() as progress:
+        with progress_bar() as progress:
             stages: dict[str, int] = {}
 
             def report_data(stage: str, done: int, total: int) -> None:
@@ -101,7 +101,7 @@ def train_head(
         tokens = sum(len(s.output_ids) for s in sequences)
         out.print(f"data ready: {len(sequences)} answers, {tokens} answer tokens (cached; train with the same flags)")
         return
-    with progress() as progress:
+    with progress_bar() as progress:
         tasks: dict[str, int] = {}
 
         def report(stage: str, done: int, total: int) -> None:
