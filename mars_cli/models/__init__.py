@@ -26,7 +26,7 @@ _HOMES = {
     "loaded": ("LoadedModel",),
     "fingerprint": ("model_fingerprint", "file_fingerprint", "loaded_fingerprint"),
     "loading": ("resolve_spec", "PICKLE_SUFFIXES", "check_weight_format", "load_model", "kept_in_float32",
-                "cast_parameters"),
+                "cast_parameters", "convert_weights"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

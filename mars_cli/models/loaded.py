@@ -27,6 +27,7 @@ class LoadedModel:
     _fingerprint: str | None = None
     dtype_choice: Any = None  # `--dtype auto`'s measurement (tuning/dtype.py), attached by the tuning layer
     directory: Path | None = None  # the local directory its weights were read from (its fingerprint is remembered)
+    converted_copies: Path | None = None  # a GGUF cache entry's folder of its weights in other dtypes
 
     @property
     def eos_token_ids(self) -> set[int]:

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import torch
 
-from ..models import DTYPES, LoadedModel, cast_parameters, kept_in_float32
+from ..models import DTYPES, LoadedModel, convert_weights, kept_in_float32
 
 EXACT = "float32"  # the dtype models are loaded in for measuring, and switched back to
 
 
 def convert(target: LoadedModel, name: str) -> None:
-    """`target`'s weights in dtype `name` from now on (in place: loaded once)."""
+    """`target`'s weights in dtype `name` from now on (in place: loaded once; a GGUF's converted copy
+    read where one is stored, models.convert_weights)."""
     if DTYPES[name] != target.dtype:
-        cast_parameters(target.model, DTYPES[name])
+        convert_weights(target, DTYPES[name])
         target.dtype = DTYPES[name]
 
 

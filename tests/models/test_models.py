@@ -252,3 +252,41 @@ def test_model_facts_read_the_text_config_and_both_rope_layouts(tiny_target):
     assert (models.hidden_size(nested), models.num_layers(nested), models.rope_theta(nested)) == (8, 3, 5e5)
     assert models.rope_theta(SimpleNamespace(config=SimpleNamespace(rope_theta=1e4 / 2))) == 5000.0
     assert models.rope_theta(SimpleNamespace(config=SimpleNamespace())) == 10000.0
+
+
+# --------------------------------------------------------------------------- converted once per dtype
+def test_a_dtype_conversion_is_stored_once_and_read_bit_for_bit(tmp_path, tiny_dir, monkeypatch):
+    """models.convert_weights: the first conversion casts and stores the copy, the next process's
+    reads it (no cast) with the very same bits; a copy that does not fit is cast again."""
+    from mars_cli.models import loading
+
+    first = load_model(str(tiny_dir), device="cpu", dtype="float32")
+    first.converted_copies = tmp_path / "dtypes"
+    loading.convert_weights(first, torch.bfloat16)
+    copy = tmp_path / "dtypes" / "bfloat16.safetensors"
+    assert copy.is_file() and first.model.config.dtype == torch.bfloat16
+
+    def refuse(model, dtype):
+        raise AssertionError("cast again although a converted copy is stored")
+
+    second = load_model(str(tiny_dir), device="cpu", dtype="float32")
+    second.converted_copies = tmp_path / "dtypes"
+    monkeypatch.setattr(loading, "cast_parameters", refuse)
+    loading.convert_weights(second, torch.bfloat16)
+    for (name, a), (_, b) in zip(first.model.named_parameters(), second.model.named_parameters()):
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+    assert second.model.config.dtype == torch.bfloat16
+    monkeypatch.undo()
+
+    copy.write_bytes(copy.read_bytes()[:100])  # a torn copy: cast again, and stored whole again
+    third = load_model(str(tiny_dir), device="cpu", dtype="float32")
+    third.converted_copies = tmp_path / "dtypes"
+    loading.convert_weights(third, torch.bfloat16)
+    assert all(torch.equal(a, b) for a, b in zip(first.model.parameters(), third.model.parameters()))
+    assert copy.stat().st_size > 100 and not list((tmp_path / "dtypes").glob("*.tmp-*"))
+
+
+@pytest.mark.embedded
+def test_a_gguf_model_keeps_its_converted_copies_in_its_cache_entry(smollm2):
+    assert smollm2.converted_copies == smollm2.directory / "dtypes"
+    assert smollm2.directory.parent.name == "models" and smollm2.directory.name.startswith("gguf-")
