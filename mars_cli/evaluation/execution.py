@@ -7,6 +7,10 @@ PID and network namespaces, under a root of its own that holds only what Python 
 (docs/errors.md lists what the sandbox holds; tests/evaluation/test_sandbox.py checks each item). The launcher's process group is killed at
 the end of every run and on timeout, and the PID namespace takes every process the program forked
 with it. Where the system cannot build that isolation, code runs only with --weak-sandbox.
+
+Whether the sandbox could be built is read from the launcher's status pipe only, never from what
+the program printed or its exit status: a program cannot stop an eval by impersonating the
+launcher, it fails its sample.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
-from .jail import SETUP_FAILED
+from .jail import PREFIX, STARTED
 from ..notes import warn
 
 MEMORY_LIMIT_BYTES = 1 << 30
@@ -58,44 +62,73 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def _printable(text: str) -> str:
+    """`text` with control characters (escape sequences, C1 bytes) written as escapes."""
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in text)
+
+
+def _drain(descriptor: int) -> str:
+    """What the launcher wrote on the status pipe (every writer has closed it or is gone)."""
+    os.set_blocking(descriptor, False)
+    chunks = []
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(descriptor, 65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
 def run_program(source: str, timeout: float = 10.0, strict: bool = True) -> Outcome:
     """Run `source` in the sandbox. `strict=False` (--weak-sandbox) runs it with whatever part of
-    the isolation the system allows; strict mode raises SandboxUnavailable when a step fails."""
+    the isolation the system allows; strict mode raises SandboxUnavailable when a step fails.
+    Only the launcher's status pipe says that (its `mars-sandbox: ` lines, or no STARTED before it
+    ended); the program's output and exit status are its own: a failed sample at worst."""
     with tempfile.TemporaryDirectory(prefix="mars-exec-") as folder, tempfile.TemporaryDirectory(prefix="mars-root-") \
             as stage, tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         path = os.path.join(folder, "program.py")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(source)
         os.chmod(path, 0o644)
+        said, status = os.pipe()  # the launcher's channel; the program never holds `status`
         config = {"strict": strict, "folder": folder, "program": path, "python": os.path.realpath(sys.executable),
                   "memory": MEMORY_LIMIT_BYTES, "cpu": CPU_SECONDS, "fsize": FILE_SIZE_BYTES,
                   "processes": MAX_PROCESSES, "quota": FOLDER_QUOTA_BYTES, "stage": stage,
-                  "interpreter": _interpreter()}
-        # stdout and stderr go to unlinked files, not pipes: a forked child that keeps them open
-        # cannot hold the run past the program's own end
-        launcher = subprocess.Popen([sys.executable, "-I", "-B", str(LAUNCHER)], cwd=folder,
-                                    env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.PIPE, stdout=stdout,
-                                    stderr=stderr, start_new_session=True)
+                  "interpreter": _interpreter(), "status": status}
         try:
-            with contextlib.suppress(BrokenPipeError):  # a launcher that died early says why on stderr
-                launcher.stdin.write(json.dumps(config).encode())
-                launcher.stdin.close()
-            code = launcher.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
+            # stdout and stderr go to unlinked files, not pipes: a forked child that keeps them open
+            # cannot hold the run past the program's own end
+            try:
+                launcher = subprocess.Popen([sys.executable, "-I", "-B", str(LAUNCHER)], cwd=folder,
+                                            env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.PIPE, stdout=stdout,
+                                            stderr=stderr, start_new_session=True, pass_fds=(status,))
+            finally:
+                os.close(status)
+            try:
+                with contextlib.suppress(BrokenPipeError):  # a launcher that died early says why on stderr
+                    launcher.stdin.write(json.dumps(config).encode())
+                    launcher.stdin.close()
+                code = launcher.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                code = None
+            finally:
+                _kill_group(launcher.pid)  # whatever is left of the run, on timeout and after every run
+                launcher.wait()
+            verdict = _drain(said).splitlines()
         finally:
-            _kill_group(launcher.pid)  # whatever is left of the run, on timeout and after every run
-            launcher.wait()
+            os.close(said)
         stderr.seek(0)
         errors = stderr.read().decode("utf-8", errors="replace")
+    refusals = [line.removeprefix(PREFIX) for line in verdict if line.startswith(PREFIX)]
+    if refusals:
+        raise SandboxUnavailable(_printable(refusals[0]))
     if code is None:
         return Outcome(False, "timeout")
+    lines = errors.strip().splitlines() or ["failed"]
+    if STARTED not in verdict:  # the launcher ended without a word: its own failure, no program ran
+        raise SandboxUnavailable(f"the launcher stopped before the program started (exit status {code}: "
+                                 f"{_printable(lines[-1][:200])})")
     if code == 0:
         return Outcome(True, "passed")
-    lines = errors.strip().splitlines() or ["failed"]
-    if code == SETUP_FAILED and lines[-1].startswith("mars-sandbox: "):
-        raise SandboxUnavailable(lines[-1].removeprefix("mars-sandbox: "))
-    return Outcome(False, lines[-1][:200])
+    return Outcome(False, _printable(lines[-1][:200]))
 
 
 @functools.lru_cache(maxsize=1)

@@ -22,12 +22,18 @@ The launcher's child is PID 1 of the namespace: when the program exits, or when 
 killed (parent-death signal), it exits and the kernel kills every process left in the namespace,
 so a forked child can never outlive the run.
 
-If a step fails, strict mode prints one `mars-sandbox: <reason>` line on stderr and exits with
-SETUP_FAILED before running anything; weak mode (--weak-sandbox) skips what the system refuses.
+The verdict travels on a channel the program cannot write: the status pipe (`config["status"]`,
+a descriptor the caller passed), which every launcher process holds close-on-exec and PID 1 closes
+before it lets the program start. If a step fails, strict mode writes one `mars-sandbox: <reason>`
+line there and exits with SETUP_FAILED before running anything; just before the program's exec
+the launcher writes `STARTED`. Whatever the program prints on stdout and stderr, and its exit
+status, are its own, never the launcher's word. Weak mode (--weak-sandbox) skips what the system
+refuses.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -47,6 +53,8 @@ except ImportError:
 
 SETUP_FAILED = 125
 NOBODY = 65534
+PREFIX = "mars-sandbox: "  # a line of the launcher's on the status pipe: the sandbox cannot be built
+STARTED = "STARTED"  # the status pipe's last word before the program's exec
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -65,6 +73,14 @@ def _call(name: str, *args: object) -> None:
     if getattr(_libc, name)(*args) != 0:
         code = ctypes.get_errno()
         raise SetupError(f"{name}: {os.strerror(code)} ({errno.errorcode.get(code, code)})")
+
+
+def report(status: int | None, message: str) -> None:
+    """The launcher's word that the sandbox cannot be built: one line on the status pipe, which the
+    program never holds (its stdout and stderr are the program's own, read as data)."""
+    if status is not None:
+        with contextlib.suppress(OSError):
+            os.write(status, f"{PREFIX}{message}\n".encode("utf-8", "replace"))
 
 
 def _mount(source: str | None, target: str, kind: str | None, flags: int, data: str | None = None) -> None:
@@ -280,8 +296,10 @@ def _become_unprivileged(config: dict, as_root: bool, notes: list[str], strict: 
             raise SetupError(f"the unprivileged user cannot {use} {path}")
 
 
-def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str]) -> int:
-    """PID 1 of the namespace: build the view, start the program, reap, return its status."""
+def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str], status: int) -> int:
+    """PID 1 of the namespace: build the view, start the program, reap, return its status. It
+    closes the status pipe before it lets the program's process go on to its exec, so that no
+    process the program could reach holds the launcher's channel."""
     _call("prctl", ctypes.c_int(PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
           ctypes.c_ulong(0), ctypes.c_ulong(0))
     if select.select([alive], [], [], 0)[0]:  # the launcher died before the signal was armed
@@ -294,7 +312,7 @@ def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str
                 raise SetupError(f"cannot build the program's own root ({exc})") from None
             notes.append("host file system")
     ready, set_up = os.pipe()  # the program's process says its user namespace is mapped
-    go, started = os.pipe()  # PID 1 says /proc is sealed
+    go, started = os.pipe()  # PID 1 says /proc is sealed and the status pipe closed
     program = os.fork()
     if program == 0:
         try:
@@ -302,32 +320,34 @@ def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str
             os.close(started)
             _become_unprivileged(config, as_root, notes, strict)
             os.write(set_up, b"1")
-            if os.read(go, 1) != b"1":
-                raise SetupError("the launcher could not seal /proc")
+            if os.read(go, 1) != b"1":  # PID 1 said why on the status pipe
+                os._exit(SETUP_FAILED)
             os.chdir(config["folder"])
             env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "HOME": config["folder"],
                    "TMPDIR": config["folder"]}
+            os.write(status, f"{STARTED}\n".encode())  # close-on-exec: the exec closes it
             os.execve(config["python"], [config["python"], "-I", "-B", config["program"]], env)
         except (SetupError, OSError) as exc:
-            print(f"mars-sandbox: {exc}", file=sys.stderr, flush=True)
+            report(status, str(exc))
         os._exit(SETUP_FAILED)
     os.close(set_up)
     os.close(go)
-    if os.read(ready, 1) == b"1":  # nothing: the program's set-up failed and said why
+    proceed = os.read(ready, 1) == b"1"  # nothing: the program's set-up failed and said why
+    if proceed and config["namespaces"]:
         try:
-            if config["namespaces"]:
-                _seal_proc()
-            os.write(started, b"1")
+            _seal_proc()
         except SetupError as exc:
             if strict:
-                print(f"mars-sandbox: cannot make /proc read-only ({exc})", file=sys.stderr, flush=True)
-            else:
-                os.write(started, b"1")
+                report(status, f"cannot make /proc read-only ({exc})")
+                proceed = False
+    os.close(status)
+    if proceed:
+        os.write(started, b"1")
     os.close(started)
     while True:  # as PID 1, orphans are ours to reap too
-        pid, status = os.wait()
+        pid, code = os.wait()
         if pid == program:
-            return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+            return os.waitstatus_to_exitcode(code) if os.WIFEXITED(code) else 128 + os.WTERMSIG(code)
 
 
 def _nobody_mapped() -> bool:
@@ -348,6 +368,8 @@ def _nobody_mapped() -> bool:
 def main() -> int:
     config = json.loads(sys.stdin.read())  # not argv: /proc/1/cmdline would show it to the program
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the program gets no stdin
+    status = config["status"]
+    os.set_inheritable(status, False)  # close-on-exec in every launcher process
     strict = config["strict"]
     # root that cannot become nobody (a user namespace that maps only root) is isolated as any
     # other user is: a user namespace of its own, the program's directory left as it is
@@ -358,8 +380,7 @@ def main() -> int:
         try:
             os.chown(config["folder"], NOBODY, NOBODY)
         except OSError as exc:  # the program could not write its own directory: refuse in both modes
-            print(f"mars-sandbox: cannot give the program's directory to the unprivileged user nobody "
-                  f"({exc.strerror})", file=sys.stderr)
+            report(status, f"cannot give the program's directory to the unprivileged user nobody ({exc.strerror})")
             return SETUP_FAILED
     try:
         flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
@@ -370,7 +391,7 @@ def main() -> int:
             _write("/proc/self/gid_map", f"0 {config['gid']} 1\n")
     except (SetupError, OSError) as exc:
         if strict:
-            print(f"mars-sandbox: cannot create private namespaces ({exc})", file=sys.stderr)
+            report(status, f"cannot create private namespaces ({exc})")
             return SETUP_FAILED
         config["namespaces"] = False
     alive, keep = os.pipe()
@@ -378,14 +399,15 @@ def main() -> int:
     if child == 0:
         os.close(keep)
         try:
-            code = _init(config, alive, as_root, strict, notes)
+            code = _init(config, alive, as_root, strict, notes, status)
         except SetupError as exc:
-            print(f"mars-sandbox: {exc}", file=sys.stderr, flush=True)
+            report(status, str(exc))
             code = SETUP_FAILED
         os._exit(code)
     os.close(alive)
-    _, status = os.waitpid(child, 0)
-    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    os.close(status)
+    _, code = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(code) if os.WIFEXITED(code) else 128 + os.WTERMSIG(code)
 
 
 if __name__ == "__main__":

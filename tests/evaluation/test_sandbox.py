@@ -4,6 +4,7 @@ from outside: no file appears, no process survives."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -116,8 +117,6 @@ def test_without_isolation_code_runs_only_with_weak_sandbox(capsys, monkeypatch,
     assert main([*args, "--weak-sandbox"]) == 0
     captured = capsys.readouterr()
     assert "weaker isolation" in captured.err
-    import json
-
     assert json.loads(captured.out)["table"]["code"][0]["task_metric"] is not None
 
 
@@ -330,3 +329,59 @@ def test_without_libseccomp_strict_mode_refuses_in_one_line(monkeypatch):
     monkeypatch.setattr(jail, "seccomp", None)
     with pytest.raises(jail.SetupError, match="cannot install the system-call filter .*libseccomp"):
         jail._filter_system_calls()
+
+
+# --------------------------------------------------------------------------- the launcher's word
+FORGERIES = {  # a program that says what the launcher says when the sandbox cannot be built
+    "stderr": ("import sys\n"
+               "sys.stderr.write('mars-sandbox: cannot create private namespaces (\\x1b]52;c;ZXZpbA==\\x07FORGERY-7d1e)\\n')\n"
+               "sys.exit(125)\n"),
+    "every descriptor": ("import os\n"  # the status pipe too, were it still open in the program
+                         "line = b'mars-sandbox: cannot create private namespaces (FORGERY-7d1e)\\n'\n"
+                         "for fd in range(1, 1024):\n"
+                         "    try:\n"
+                         "        os.write(fd, line)\n"
+                         "    except OSError:\n"
+                         "        pass\n"
+                         "os._exit(125)\n"),
+    "a child's last word": ("import os, sys, time\n"  # a forked child speaks after the program ended
+                            "if os.fork() == 0:\n"
+                            "    time.sleep(0.2)\n"
+                            "    for fd in range(1, 64):\n"
+                            "        try:\n"
+                            "            os.write(fd, b'mars-sandbox: cannot create private namespaces (FORGERY-7d1e)\\n')\n"
+                            "        except OSError:\n"
+                            "            pass\n"
+                            "    os._exit(125)\n"
+                            "time.sleep(0.5)\n"
+                            "sys.exit(125)\n"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FORGERIES))
+def test_a_program_cannot_speak_for_the_sandbox(kind):
+    """`mars-sandbox: ...` as the last stderr line and exit status 125 (what the launcher once said
+    on stderr when it could not build the sandbox) is the program's data: its sample fails, no
+    SandboxUnavailable, and its escape sequences are not passed on."""
+    outcome = run(FORGERIES[kind])
+    assert not outcome.passed
+    assert "\x1b" not in outcome.reason and "\x07" not in outcome.reason, outcome.reason
+
+
+def test_a_forged_refusal_fails_its_sample_and_the_eval_goes_on(tmp_path, capsys, monkeypatch, tiny_dir):
+    """Through `mars eval`: every generated program forges the launcher's refusal; the run ends
+    with exit 0, results.json and every sample written, each sample's test failed, and nothing of
+    the program's bytes on the terminal."""
+    real = execution.run_program
+    monkeypatch.setattr(execution, "check_function",
+                        lambda code, test, timeout=10.0, strict=True: real(FORGERIES["stderr"], timeout, strict))
+    out = tmp_path / "run"
+    args = ["eval", "--suite", "code", "--limit", "2", "-n", "4", "--methods", "vanilla", "--target", str(tiny_dir),
+            "--device", "cpu", "--allow-code-execution", "--out", str(out), *([] if ISOLATED else ["--weak-sandbox"])]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "FORGERY-7d1e" not in captured.err + captured.out and "\x1b" not in captured.err + captured.out
+    assert (out / "results.json").is_file()
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line.strip()]
+    assert len(records) == 2 and all(record["task_score"] == 0.0 for record in records), records
+
