@@ -2,11 +2,13 @@
 
 Each program runs through the launcher in `jail.py`: a fresh `python -I -B` in a folder of its own
 (a tmpfs of FOLDER_QUOTA_BYTES), with a minimal environment, no stdin, a wall-clock timeout,
-CPU-time, memory, file-size and process-count limits, as an unprivileged user, in private mount,
-PID and network namespaces, under a root of its own that holds only what Python needs to run
-(docs/errors.md lists what the sandbox holds; tests/evaluation/test_sandbox.py checks each item). The launcher's process group is killed at
-the end of every run and on timeout, and the PID namespace takes every process the program forked
-with it. Where the system cannot build that isolation, code runs only with --weak-sandbox.
+CPU-time, memory, file-size, open-file and process-count limits, in a cgroup of its own where the
+host lets one be made (MEMORY_LIMIT_BYTES for all its processes together), as an unprivileged user,
+in private mount, PID and network namespaces, under a root of its own that holds only what Python
+needs to run (docs/errors.md lists what the sandbox holds; tests/evaluation/test_sandbox.py
+checks each item). The launcher's process group is killed at the end of every run and on timeout,
+and the PID namespace takes every process the program forked with it. Where the system cannot
+build that isolation, code runs only with --weak-sandbox.
 
 Whether the sandbox could be built is read from the launcher's status pipe only, never from what
 the program printed or its exit status: a program cannot stop an eval by impersonating the
@@ -27,14 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
-from .jail import PREFIX, STARTED
+from .jail import LAUNCHER_TASKS, PREFIX, STARTED, Cgroup
 from ..notes import warn
 
-MEMORY_LIMIT_BYTES = 1 << 30
+MEMORY_LIMIT_BYTES = 1 << 30  # per process (RLIMIT_AS), and for all of them together where a cgroup holds
 CPU_SECONDS = 10
 FILE_SIZE_BYTES = 1 << 20
 FOLDER_QUOTA_BYTES = 16 << 20  # all the program may write, in all files together
 MAX_PROCESSES = 16  # the program and what it forks (threads count too)
+OPEN_FILES = 64  # per process (RLIMIT_NOFILE): pipes and sockets hold kernel memory per descriptor
 LAUNCHER = Path(__file__).with_name("jail.py")
 
 
@@ -82,6 +85,7 @@ def run_program(source: str, timeout: float = 10.0, strict: bool = True) -> Outc
     the isolation the system allows; strict mode raises SandboxUnavailable when a step fails.
     Only the launcher's status pipe says that (its `mars-sandbox: ` lines, or no STARTED before it
     ended); the program's output and exit status are its own: a failed sample at worst."""
+    cgroup = Cgroup.create(MEMORY_LIMIT_BYTES, MAX_PROCESSES + LAUNCHER_TASKS)
     with tempfile.TemporaryDirectory(prefix="mars-exec-") as folder, tempfile.TemporaryDirectory(prefix="mars-root-") \
             as stage, tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         path = os.path.join(folder, "program.py")
@@ -91,8 +95,8 @@ def run_program(source: str, timeout: float = 10.0, strict: bool = True) -> Outc
         said, status = os.pipe()  # the launcher's channel; the program never holds `status`
         config = {"strict": strict, "folder": folder, "program": path, "python": os.path.realpath(sys.executable),
                   "memory": MEMORY_LIMIT_BYTES, "cpu": CPU_SECONDS, "fsize": FILE_SIZE_BYTES,
-                  "processes": MAX_PROCESSES, "quota": FOLDER_QUOTA_BYTES, "stage": stage,
-                  "interpreter": _interpreter(), "status": status}
+                  "processes": MAX_PROCESSES, "files": OPEN_FILES, "quota": FOLDER_QUOTA_BYTES, "stage": stage,
+                  "interpreter": _interpreter(), "status": status, "cgroup": cgroup.procs if cgroup else []}
         try:
             # stdout and stderr go to unlinked files, not pipes: a forked child that keeps them open
             # cannot hold the run past the program's own end
@@ -115,6 +119,8 @@ def run_program(source: str, timeout: float = 10.0, strict: bool = True) -> Outc
             verdict = _drain(said).splitlines()
         finally:
             os.close(said)
+            if cgroup is not None:
+                cgroup.remove()
         stderr.seek(0)
         errors = stderr.read().decode("utf-8", errors="replace")
     refusals = [line.removeprefix(PREFIX) for line in verdict if line.startswith(PREFIX)]
@@ -129,6 +135,18 @@ def run_program(source: str, timeout: float = 10.0, strict: bool = True) -> Outc
     if code == 0:
         return Outcome(True, "passed")
     return Outcome(False, _printable(lines[-1][:200]))
+
+
+@functools.lru_cache(maxsize=1)
+def memory_cap() -> str:
+    """What holds the total memory of a program's processes here: "cgroup v2" or "cgroup v1"
+    (MEMORY_LIMIT_BYTES for all together), or "rlimits" (RLIMIT_AS per process, with the calls
+    that hold memory outside it refused: at most MAX_PROCESSES times MEMORY_LIMIT_BYTES)."""
+    cgroup = Cgroup.create(MEMORY_LIMIT_BYTES, MAX_PROCESSES + LAUNCHER_TASKS)
+    if cgroup is None:
+        return "rlimits"
+    cgroup.remove()
+    return cgroup.mechanism
 
 
 @functools.lru_cache(maxsize=1)

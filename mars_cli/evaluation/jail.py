@@ -3,6 +3,10 @@ libseccomp's binding only, run as `python -I -B jail.py` with its configuration 
 command line shows it) so that nothing of mars is imported where untrusted code will run.
 
 Strict mode builds, before the program starts:
+- a memory and process cap on everything the run holds: a cgroup of its own (`Cgroup`, made by the
+  caller: cgroup v2 `memory.max`, `memory.swap.max` 0 and `pids.max` where the host delegates one,
+  else cgroup v1's memory and pids controllers where they are writable), which the launcher joins
+  first, so the program and all it forks are charged to it;
 - private mount, PID, network, IPC and UTS namespaces (plus a user namespace when not root); the
   network namespace also makes the abstract Unix-socket namespace private;
 - a root of its own (`_private_root`): an empty tmpfs holding, read-only, only what Python needs
@@ -13,11 +17,14 @@ Strict mode builds, before the program starts:
   home directories, the project) can be named, read or connected to;
 - the program as an unprivileged user (`nobody` when started as root; a nested user namespace
   otherwise, which locks the read-only mounts), with no_new_privs and resource limits, including
-  a process-count limit (RLIMIT_NPROC, which the kernel does not enforce for root);
+  a process-count limit (RLIMIT_NPROC, which the kernel does not enforce for root) and a small
+  open-file limit;
 - a small kernel surface (`_filter_system_calls`): a fresh session keyring, and a seccomp filter
   (built by libseccomp) that refuses the calls container runtimes refuse by default: keyrings,
   io_uring, userfaultfd, new namespaces, netlink sockets, mounts, tracing, kernel modules and
-  clocks. /proc is read-only, and hides the launcher (hidepid) where the program runs as nobody.
+  clocks; and what holds memory outside the address-space limit: memfd_create, System V shared
+  memory, semaphores and message queues, POSIX message queues, inotify. /proc is read-only, and
+  hides the launcher (hidepid) where the program runs as nobody.
 The launcher's child is PID 1 of the namespace: when the program exits, or when the launcher is
 killed (parent-death signal), it exits and the kernel kills every process left in the namespace,
 so a forked child can never outlive the run.
@@ -42,6 +49,7 @@ import resource
 import select
 import signal
 import sys
+import time
 
 try:  # libseccomp's own binding where installed, else the ctypes one of the same interface
     import seccomp
@@ -55,6 +63,7 @@ SETUP_FAILED = 125
 NOBODY = 65534
 PREFIX = "mars-sandbox: "  # a line of the launcher's on the status pipe: the sandbox cannot be built
 STARTED = "STARTED"  # the status pipe's last word before the program's exec
+LAUNCHER_TASKS = 2  # the launcher and PID 1 of the namespace, in the cgroup beside the program
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -91,6 +100,142 @@ def _mount(source: str | None, target: str, kind: str | None, flags: int, data: 
 def _write(path: str, text: str) -> None:
     with open(path, "w") as handle:
         handle.write(text)
+
+
+# --------------------------------------------------------------------------- the run's cgroup
+def _read(path: str) -> str:
+    with open(path) as handle:
+        return handle.read()
+
+
+def _cgroup_mounts() -> list[tuple[str, str, str, set[str]]]:
+    """(type, mount point, root, options) of this process's cgroup and cgroup2 mounts."""
+    mounts = []
+    for line in _read("/proc/self/mountinfo").splitlines():
+        head, _, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if len(fields) >= 5 and len(rest) >= 3 and rest[0] in ("cgroup", "cgroup2"):
+            decode = lambda text: text.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")  # noqa: E731
+            mounts.append((rest[0], decode(fields[4]), decode(fields[3]), set(rest[2].split(","))))
+    return mounts
+
+
+def _below(path: str, root: str) -> str | None:
+    """`path` (from /proc/self/cgroup) relative to a mount's `root`, or None outside it."""
+    if root == "/":
+        return path
+    if path == root or path.startswith(root.rstrip("/") + "/"):
+        return path[len(root.rstrip("/")):] or "/"
+    return None
+
+
+class Cgroup:
+    """A cgroup of one run's own, made by the caller before the launcher starts and removed after
+    it ends: everything the program's processes hold (anonymous memory, memfd and shared memory,
+    tmpfs pages, kernel memory) counts against `memory` bytes, with no swap, and all of them and
+    the launcher together against `tasks`. `create` takes cgroup v2 where a cgroup of this process's
+    (or an ancestor's) has the memory controller for its children and is writable (delegated to the
+    user, or root), else cgroup v1's memory (and pids) hierarchy where writable, else None."""
+
+    def __init__(self, mechanism: str, folders: list[str]) -> None:
+        self.mechanism = mechanism
+        self.folders = folders
+
+    @property
+    def procs(self) -> list[str]:
+        """The files the launcher writes its pid to, to join."""
+        return [os.path.join(folder, "cgroup.procs") for folder in self.folders]
+
+    @classmethod
+    def create(cls, memory: int, tasks: int) -> "Cgroup | None":
+        try:
+            mounts = _cgroup_mounts()
+            own = {}
+            for line in _read("/proc/self/cgroup").splitlines():
+                _, controllers, path = line.split(":", 2)
+                for controller in (controllers.split(",") if controllers else [""]):
+                    own[controller] = path
+        except (OSError, ValueError):
+            return None
+        name = f"mars-sandbox-{os.getpid()}-{os.urandom(6).hex()}"
+        for kind, point, root, _ in mounts:  # cgroup v2: the nearest ancestor that hands memory down
+            relative = _below(own.get("", ""), root) if kind == "cgroup2" and "" in own else None
+            if relative is None:
+                continue
+            parts = [part for part in relative.split("/") if part]
+            for depth in range(len(parts), -1, -1):
+                base = os.path.join(point, *parts[:depth])
+                try:
+                    enabled = _read(os.path.join(base, "cgroup.subtree_control")).split()
+                except OSError:
+                    continue
+                if "memory" not in enabled:
+                    continue
+                settings = [("memory.max", memory), ("memory.swap.max", 0)]
+                if "pids" in enabled:
+                    settings.append(("pids.max", tasks))
+                folder = cls._make(os.path.join(base, name), settings)
+                if folder is not None:
+                    return cls("cgroup v2", [folder])
+        folders = []  # cgroup v1: a memory hierarchy (required) and a pids one (where there is)
+        for controller, settings in (("memory", [("memory.limit_in_bytes", memory),
+                                                 ("memory.memsw.limit_in_bytes", memory)]),
+                                     ("pids", [("pids.max", tasks)])):
+            for kind, point, root, options in mounts:
+                relative = _below(own.get(controller, ""), root) if controller in own else None
+                if kind != "cgroup" or controller not in options or relative is None:
+                    continue
+                folder = cls._make(os.path.join(point, *[p for p in relative.split("/") if p], name), settings)
+                if folder is not None:
+                    folders.append(folder)
+                break
+            if not folders:
+                return None
+        return cls("cgroup v1", folders)
+
+    @staticmethod
+    def _make(folder: str, settings: list[tuple[str, int]]) -> str | None:
+        """mkdir `folder` and write its limits; None (and nothing left) where any is refused. A
+        setting whose file does not exist (no swap accounting) is skipped."""
+        try:
+            os.mkdir(folder, 0o755)
+        except OSError:
+            return None
+        try:
+            for name, value in settings:
+                if os.path.exists(os.path.join(folder, name)):
+                    _write(os.path.join(folder, name), str(value))
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+            return None
+        return folder
+
+    def remove(self, wait: float = 5.0) -> bool:
+        """Kill whatever is left in the cgroup and remove it (a dying namespace takes a moment to
+        empty); False where it could not be removed within `wait` seconds."""
+        removed = True
+        for folder in self.folders:
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    os.rmdir(folder)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                        removed = False
+                        break
+                with contextlib.suppress(OSError):
+                    if os.path.exists(os.path.join(folder, "cgroup.kill")):
+                        _write(os.path.join(folder, "cgroup.kill"), "1")
+                    else:  # cgroup v1: its members are the run's processes
+                        for pid in _read(os.path.join(folder, "cgroup.procs")).split():
+                            with contextlib.suppress(OSError):
+                                os.kill(int(pid), signal.SIGKILL)
+                time.sleep(0.01)
+        return removed
 
 
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache")
@@ -195,6 +340,11 @@ REFUSED_CALLS = (
     "swapon", "swapoff", "acct", "quotactl", "syslog", "vhangup", "open_by_handle_at", "name_to_handle_at",
     "fanotify_init", "lookup_dcookie", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
     "personality", "mbind", "set_mempolicy", "move_pages",
+    # memory that RLIMIT_AS does not count: a memfd written to (never mapped), System V shared
+    # memory attached, filled and detached, semaphore sets and message queues, POSIX message
+    # queues, inotify watches (kernel memory per watch)
+    "memfd_create", "memfd_secret", "shmget", "shmat", "semget", "msgget", "mq_open",
+    "inotify_init", "inotify_init1", "inotify_add_watch",
 )
 NEW_NAMESPACES = 0x00000080 | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID \
     | CLONE_NEWNET | 0x02000000  # CLONE_NEWTIME, CLONE_NEWCGROUP
@@ -251,7 +401,8 @@ def _count_processes(uid: int) -> int:
 
 def _limits(config: dict, processes: int) -> None:
     for name, value in (("RLIMIT_AS", config["memory"]), ("RLIMIT_CPU", config["cpu"]),
-                        ("RLIMIT_FSIZE", config["fsize"]), ("RLIMIT_CORE", 0), ("RLIMIT_NPROC", processes)):
+                        ("RLIMIT_FSIZE", config["fsize"]), ("RLIMIT_CORE", 0), ("RLIMIT_NPROC", processes),
+                        ("RLIMIT_NOFILE", config["files"])):
         resource.setrlimit(getattr(resource, name), (value, value))
 
 
@@ -376,6 +527,14 @@ def main() -> int:
     as_root = os.geteuid() == 0 and _nobody_mapped()
     notes: list[str] = []
     config.update(uid=os.getuid(), gid=os.getgid(), namespaces=True, as_root=as_root)
+    for procs in config.get("cgroup") or []:  # first: all that follows is charged to the run's cgroup
+        try:
+            _write(procs, str(os.getpid()))
+        except OSError as exc:
+            if strict:
+                report(status, f"cannot join the run's cgroup {os.path.dirname(procs)} ({exc.strerror})")
+                return SETUP_FAILED
+            notes.append("no cgroup")
     if as_root:
         try:
             os.chown(config["folder"], NOBODY, NOBODY)

@@ -385,3 +385,85 @@ def test_a_forged_refusal_fails_its_sample_and_the_eval_goes_on(tmp_path, capsys
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line.strip()]
     assert len(records) == 2 and all(record["task_score"] == 0.0 for record in records), records
 
+
+# --------------------------------------------------------------------------- memory held in total
+def test_memory_outside_the_address_space_limit_is_refused():
+    """What RLIMIT_AS does not count is refused: a memfd filled by write() (never mapped), System V
+    shared memory (attached, filled, detached), semaphore sets, message queues, POSIX message
+    queues, inotify; and the open-file limit is small (pipes and sockets hold kernel memory per
+    descriptor)."""
+    numbers = {name: system_call(name) for name in ("shmget", "semget", "msgget", "mq_open")}
+    source = ("import ctypes, errno, os, sys\n"
+              "libc = ctypes.CDLL(None, use_errno=True)\n"
+              "held = []\n"
+              "memfds = []\n"
+              "try:\n"
+              "    for _ in range(100):  # 1 MiB each: the file-size limit\n"
+              "        memfds.append(os.memfd_create('hold'))\n"
+              "        os.write(memfds[-1], b'x' * (1 << 20))\n"
+              "except OSError:\n"
+              "    pass\n"
+              "if memfds:\n"
+              "    held.append(f'{len(memfds)} memfds')\n"
+              f"segment = libc.syscall({numbers['shmget']}, 0, 16 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT\n"
+              "if segment >= 0:\n"
+              "    held.append(f'shm {segment}')\n"
+              f"if libc.syscall({numbers['semget']}, 0, 1000, 0o1600) >= 0:\n"
+              "    held.append('semaphores')\n"
+              f"if libc.syscall({numbers['msgget']}, 0, 0o1600) >= 0:\n"
+              "    held.append('message queue')\n"
+              f"if libc.syscall({numbers['mq_open']}, b'mars-hold', os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:\n"
+              "    held.append('POSIX message queue')\n"
+              "if libc.inotify_init1(0) >= 0:\n"
+              "    held.append('inotify')\n"
+              "pipes = 0\n"
+              "try:\n"
+              "    for _ in range(1000):\n"
+              "        os.pipe()\n"
+              "        pipes += 1\n"
+              "except OSError:\n"
+              "    pass\n"
+              f"if pipes * 2 > {execution.OPEN_FILES}:\n"
+              "    held.append(f'{pipes} pipes')\n"
+              "sys.exit(', '.join(held) if held else 0)\n")
+    outcome = run(source)
+    assert outcome.passed, outcome.reason
+
+
+HOLDER = """
+import os, select, sys, time
+chunk, children = {chunk}, {children}
+said, say = os.pipe()
+kids = []
+for _ in range(children):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        try:
+            data = b'x' * chunk  # written: resident
+        except MemoryError:
+            os._exit(3)
+        os.write(say, b'1')
+        time.sleep(60)
+        os._exit(0)
+    kids.append(pid)
+    if select.select([said], [], [], 5)[0]:  # held, or killed (a write end stays with us)
+        os.read(said, 1)
+time.sleep(0.5)
+alive = [pid for pid in kids if os.waitpid(pid, os.WNOHANG) == (0, 0)]
+sys.exit(f'held {{len(alive) * chunk >> 20}} MiB in {{len(alive)}} of {{len(kids)}} children')
+"""
+
+
+def test_the_programs_processes_hold_no_more_than_the_cap_together(monkeypatch):
+    """Where a cgroup holds (v2 where delegated, v1 where writable), six children of 96 MiB each
+    (each well within its own address-space limit) hold no more than the cap together: the kernel
+    kills what goes past it. Run with a 256 MiB cap to keep the test light."""
+    if ISOLATED and execution.memory_cap() == "rlimits":
+        pytest.skip("no writable cgroup here: the cap is RLIMIT_AS per process (docs/errors.md)")
+    monkeypatch.setattr(execution, "MEMORY_LIMIT_BYTES", 256 << 20)
+    outcome = run(HOLDER.format(chunk=96 << 20, children=6), timeout=30)
+    assert outcome.reason.startswith("held "), outcome.reason
+    assert int(outcome.reason.split()[1]) <= 256, outcome.reason
