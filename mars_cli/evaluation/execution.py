@@ -4,8 +4,8 @@ Each program runs through the launcher in `jail.py`: a fresh `python -I -B` in a
 (a tmpfs of FOLDER_QUOTA_BYTES), with a minimal environment, no stdin, a wall-clock timeout,
 CPU-time, memory, file-size, open-file and process-count limits, in a cgroup of its own where the
 host lets one be made (MEMORY_LIMIT_BYTES for all its processes together), as an unprivileged user,
-in private mount, PID and network namespaces, under a root of its own that holds only what Python
-needs to run (docs/errors.md lists what the sandbox holds; tests/evaluation/test_sandbox.py
+in private mount, PID, network and cgroup namespaces, under a root of its own that holds only what
+Python needs to run (docs/errors.md lists what the sandbox holds; tests/evaluation/test_sandbox.py
 checks each item). The launcher's process group is killed at the end of every run and on timeout,
 and the PID namespace takes every process the program forked with it. Where the system cannot
 build that isolation, code runs only with --weak-sandbox.
@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,11 +53,20 @@ class SandboxUnavailable(UserError):
 
 
 def _interpreter() -> list[str]:
-    """The interpreter's installation (binary, standard library, its shared library): the one
-    part of the host outside /usr that the program's root holds. The real binary runs, not a
+    """What of the interpreter's installation the program's root holds: its binary, its standard
+    library, and its lib folder where the installation is Python's own (pyenv, uv, conda: the
+    shared libraries its modules link to), or only its shared library where the prefix is shared
+    (/usr, /usr/local: not the site's other programs and settings). The real binary runs, not a
     virtual environment's link to it, so the environment's packages stay out of reach."""
     prefix, binary = os.path.realpath(sys.base_prefix), os.path.realpath(sys.executable)
-    return [prefix] if binary.startswith(prefix + "/") else [prefix, binary]
+    paths = [binary, os.path.realpath(os.path.dirname(os.__file__))]
+    if prefix not in ("/", "/usr", "/usr/local"):
+        paths.append(os.path.join(prefix, "lib"))
+    elif sysconfig.get_config_var("Py_ENABLE_SHARED") and sysconfig.get_config_var("INSTSONAME"):
+        library = os.path.join(prefix, "lib", sysconfig.get_config_var("INSTSONAME"))
+        paths += [library, os.path.realpath(library)] if os.path.exists(library) else []
+    paths = [path for path in dict.fromkeys(paths) if os.path.lexists(path)]
+    return [path for path in paths if not any(path.startswith(other + "/") for other in paths)]
 
 
 def _kill_group(pgid: int) -> None:

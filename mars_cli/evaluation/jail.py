@@ -7,14 +7,16 @@ Strict mode builds, before the program starts:
   caller: cgroup v2 `memory.max`, `memory.swap.max` 0 and `pids.max` where the host delegates one,
   else cgroup v1's memory and pids controllers where they are writable), which the launcher joins
   first, so the program and all it forks are charged to it;
-- private mount, PID, network, IPC and UTS namespaces (plus a user namespace when not root); the
-  network namespace also makes the abstract Unix-socket namespace private;
+- private mount, PID, network, IPC, UTS and cgroup namespaces (plus a user namespace when not
+  root); the network namespace also makes the abstract Unix-socket namespace private;
 - a root of its own (`_private_root`): an empty tmpfs holding, read-only, only what Python needs
-  (the interpreter's installation, /usr and the /bin, /lib links, the loader's cache, four device
-  nodes), a fresh /proc for the PID namespace (the program sees only its own processes), and the
-  program's folder: a small tmpfs of its own (`quota` bytes) holding the program. The host's tree
-  is then detached (pivot_root), so no host file, directory or socket (/tmp, /run, /dev/shm, the
-  home directories, the project) can be named, read or connected to;
+  (the interpreter's binary, standard library and shared library, /usr without /usr/local, the
+  /bin, /lib links, the loader's cache, four device nodes) and the program's folder: a small tmpfs
+  of its own (`quota` bytes) holding the program. The host's tree is then detached (pivot_root), so
+  no host file, directory or socket (/tmp, /run, /dev/shm, the home directories, the project) can
+  be named, read or connected to. A /proc serves the set-up and is unmounted before the program
+  starts: the program has no /proc (no mount table naming the host's disk and paths, no cgroup
+  path, no process of the launcher);
 - the program as an unprivileged user (`nobody` when started as root; a nested user namespace
   otherwise, which locks the read-only mounts), with no_new_privs and resource limits, including
   a process-count limit (RLIMIT_NPROC, which the kernel does not enforce for root) and a small
@@ -23,8 +25,7 @@ Strict mode builds, before the program starts:
   (built by libseccomp) that refuses the calls container runtimes refuse by default: keyrings,
   io_uring, userfaultfd, new namespaces, netlink sockets, mounts, tracing, kernel modules and
   clocks; and what holds memory outside the address-space limit: memfd_create, System V shared
-  memory, semaphores and message queues, POSIX message queues, inotify. /proc is read-only, and
-  hides the launcher (hidepid) where the program runs as nobody.
+  memory, semaphores and message queues, POSIX message queues, inotify.
 The launcher's child is PID 1 of the namespace: when the program exits, or when the launcher is
 killed (parent-death signal), it exits and the kernel kills every process left in the namespace,
 so a forked child can never outlive the run.
@@ -67,6 +68,7 @@ LAUNCHER_TASKS = 2  # the launcher and PID 1 of the namespace, in the cgroup bes
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWCGROUP = 0x02000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 32, 1024, 2048, 4096, 16384
 MS_PRIVATE, MS_RELATIME = 1 << 18, 1 << 21
@@ -273,13 +275,13 @@ def _kept_flags(path: str) -> int:
 
 
 PROC_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
+LOCAL = "/usr/local"  # site software and its settings (/usr/local/etc, /usr/local/bin): masked
 
 
 def _mount_proc(target: str) -> None:
-    """A fresh /proc for the PID namespace, hiding processes of other users (the launcher, from a
-    program run as nobody) and everything but the processes (the keys of /proc/keys, /proc/sys)
-    where the kernel knows hidepid and subset. Writable until `_seal_proc`: the
-    program's own user namespace is set up through it."""
+    """A fresh /proc for the PID namespace, hiding processes of other users and everything but the
+    processes where the kernel knows hidepid and subset. It serves the set-up only (the program's
+    own user namespace is mapped through it) and is gone before the program starts (`_drop_proc`)."""
     flags = PROC_FLAGS
     for options in ("hidepid=invisible,subset=pid", "hidepid=2", None):  # subset: no /proc/keys, /proc/sys
         try:
@@ -290,24 +292,37 @@ def _mount_proc(target: str) -> None:
     raise SetupError(f"cannot mount a private /proc ({problem})")
 
 
-def _seal_proc() -> None:
-    """Make /proc read-only (no /proc/self/oom_score_adj or other knob to write), once the program's
-    user namespace is mapped and before it runs."""
-    _mount(None, "/proc", None, MS_REMOUNT | MS_RDONLY | PROC_FLAGS)
+def _drop_proc() -> None:
+    """Unmount /proc once the program's user namespace is mapped and before it runs: Python needs
+    none, and it would show the mount table (the host's disk, the binds' host paths), the host's
+    cgroup path, and knobs such as /proc/self/oom_score_adj."""
+    _call("umount2", b"/proc", ctypes.c_int(2))  # MNT_DETACH
 
 
 def _private_root(config: dict) -> None:
     """Make the mount namespace's root an empty tmpfs (`config["stage"]`, an empty host directory,
-    is its mount point) that holds only what Python needs, read-only, a fresh /proc, and the
-    program's folder as a tmpfs of `config["quota"]` bytes with the program copied in; then
-    pivot into it and detach the host's tree."""
+    is its mount point) that holds only what Python needs, read-only, a /proc for the set-up, and
+    the program's folder as a tmpfs of `config["quota"]` bytes with the program copied in; then
+    pivot into it and detach the host's tree. /usr/local is an empty tmpfs but for the
+    interpreter's own files where they lie there."""
     stage, folder = config["stage"], config["folder"]
     os.umask(0o022)  # the root's directories must be searchable by the unprivileged program
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we do here propagates to the host
     _mount("tmpfs", stage, "tmpfs", MS_NOSUID, "mode=0755,size=1m")
-    for host in (*config["interpreter"], *SYSTEM, *DEVICES):
+    for host in (*SYSTEM, *DEVICES):
         if os.path.lexists(host):
             _place(host, stage)
+    local = stage + LOCAL
+    masked = os.path.isdir(local) and not os.path.islink(local)
+    if masked:
+        _mount("tmpfs", local, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
+    shown = [host for host in SYSTEM if os.path.isdir(host) and not os.path.islink(host)]
+    for host in config["interpreter"]:
+        inside = any(host == top or host.startswith(top + "/") for top in shown)
+        if os.path.lexists(host) and (not inside or host == LOCAL or host.startswith(LOCAL + "/")):
+            _place(host, stage)
+    if masked:
+        _mount(None, local, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
     os.makedirs(stage + folder)
     owner = f",uid={NOBODY},gid={NOBODY}" if os.geteuid() == 0 and config["as_root"] else ""  # root runs it as nobody
     _mount("tmpfs", stage + folder, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={config['quota']}{owner}")
@@ -455,15 +470,17 @@ def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str
           ctypes.c_ulong(0), ctypes.c_ulong(0))
     if select.select([alive], [], [], 0)[0]:  # the launcher died before the signal was armed
         return SETUP_FAILED
+    private_root = False
     if config["namespaces"]:
         try:
             _private_root(config)
+            private_root = True
         except (SetupError, OSError) as exc:
             if strict:
                 raise SetupError(f"cannot build the program's own root ({exc})") from None
             notes.append("host file system")
     ready, set_up = os.pipe()  # the program's process says its user namespace is mapped
-    go, started = os.pipe()  # PID 1 says /proc is sealed and the status pipe closed
+    go, started = os.pipe()  # PID 1 says /proc is gone and the status pipe closed
     program = os.fork()
     if program == 0:
         try:
@@ -484,12 +501,12 @@ def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str
     os.close(set_up)
     os.close(go)
     proceed = os.read(ready, 1) == b"1"  # nothing: the program's set-up failed and said why
-    if proceed and config["namespaces"]:
+    if proceed and private_root:
         try:
-            _seal_proc()
+            _drop_proc()
         except SetupError as exc:
             if strict:
-                report(status, f"cannot make /proc read-only ({exc})")
+                report(status, f"cannot unmount the set-up's /proc ({exc})")
                 proceed = False
     os.close(status)
     if proceed:
@@ -543,7 +560,11 @@ def main() -> int:
             return SETUP_FAILED
     try:
         flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-        _call("unshare", ctypes.c_int(flags | (0 if as_root else CLONE_NEWUSER)))
+        flags |= 0 if as_root else CLONE_NEWUSER
+        try:  # a cgroup namespace too where the kernel has them: the program's cgroup is its root
+            _call("unshare", ctypes.c_int(flags | CLONE_NEWCGROUP))
+        except SetupError:
+            _call("unshare", ctypes.c_int(flags))
         if not as_root:
             _write("/proc/self/setgroups", "deny")
             _write("/proc/self/uid_map", f"0 {config['uid']} 1\n")
