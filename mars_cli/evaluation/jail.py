@@ -88,10 +88,18 @@ def _call(name: str, *args: object) -> None:
 
 def report(status: int | None, message: str) -> None:
     """The launcher's word that the sandbox cannot be built: one line on the status pipe, which the
-    program never holds (its stdout and stderr are the program's own, read as data)."""
+    program never holds (its stdout and stderr are the program's own, read as data). A launcher
+    started without a status pipe (by hand, not by execution.py) says it on stderr."""
+    if status is None:
+        print(f"{PREFIX}{message}", file=sys.stderr, flush=True)
+        return
+    with contextlib.suppress(OSError):
+        os.write(status, f"{PREFIX}{message}\n".encode("utf-8", "replace"))
+
+
+def _close(status: int | None) -> None:
     if status is not None:
-        with contextlib.suppress(OSError):
-            os.write(status, f"{PREFIX}{message}\n".encode("utf-8", "replace"))
+        os.close(status)
 
 
 def _mount(source: str | None, target: str, kind: str | None, flags: int, data: str | None = None) -> None:
@@ -462,7 +470,7 @@ def _become_unprivileged(config: dict, as_root: bool, notes: list[str], strict: 
             raise SetupError(f"the unprivileged user cannot {use} {path}")
 
 
-def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str], status: int) -> int:
+def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str], status: int | None) -> int:
     """PID 1 of the namespace: build the view, start the program, reap, return its status. It
     closes the status pipe before it lets the program's process go on to its exec, so that no
     process the program could reach holds the launcher's channel."""
@@ -493,7 +501,8 @@ def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str
             os.chdir(config["folder"])
             env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "HOME": config["folder"],
                    "TMPDIR": config["folder"]}
-            os.write(status, f"{STARTED}\n".encode())  # close-on-exec: the exec closes it
+            if status is not None:
+                os.write(status, f"{STARTED}\n".encode())  # close-on-exec: the exec closes it
             os.execve(config["python"], [config["python"], "-I", "-B", config["program"]], env)
         except (SetupError, OSError) as exc:
             report(status, str(exc))
@@ -508,7 +517,7 @@ def _init(config: dict, alive: int, as_root: bool, strict: bool, notes: list[str
             if strict:
                 report(status, f"cannot unmount the set-up's /proc ({exc})")
                 proceed = False
-    os.close(status)
+    _close(status)
     if proceed:
         os.write(started, b"1")
     os.close(started)
@@ -536,8 +545,9 @@ def _nobody_mapped() -> bool:
 def main() -> int:
     config = json.loads(sys.stdin.read())  # not argv: /proc/1/cmdline would show it to the program
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the program gets no stdin
-    status = config["status"]
-    os.set_inheritable(status, False)  # close-on-exec in every launcher process
+    status = config.get("status")  # execution.py always passes one
+    if status is not None:
+        os.set_inheritable(status, False)  # close-on-exec in every launcher process
     strict = config["strict"]
     # root that cannot become nobody (a user namespace that maps only root) is isolated as any
     # other user is: a user namespace of its own, the program's directory left as it is
@@ -585,7 +595,7 @@ def main() -> int:
             code = SETUP_FAILED
         os._exit(code)
     os.close(alive)
-    os.close(status)
+    _close(status)
     _, code = os.waitpid(child, 0)
     return os.waitstatus_to_exitcode(code) if os.WIFEXITED(code) else 128 + os.WTERMSIG(code)
 
