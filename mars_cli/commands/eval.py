@@ -56,6 +56,10 @@ def eval_command(
         help="With --baseline: fail (exit 1) where a figure's interval lies wholly below the baseline less its "
              "tolerance, e.g. tau=0.05,modelled=0.05,task=0.02. tau, modelled and speedup are relative (0.05: "
              "5%); task, agreement and logprob absolute.")] = None,
+    allow_unjudged: Annotated[bool, typer.Option(
+        "--allow-unjudged", rich_help_panel="Gates",
+        help="With --max-regression: a gate that cannot be judged (a figure only one run has, or one that is not a "
+             "number) passes, said so, instead of failing.")] = False,
     save_baseline: Annotated[Optional[Path], typer.Option(
         "--save-baseline", rich_help_panel="Gates",
         help="Also write this run's results.json (per-sample figures included) into DIR, as a baseline.")] = None,
@@ -91,10 +95,11 @@ def eval_command(
     from ..evaluation import baseline as baselines
     from ..evaluation import ci
 
-    gates = Gates(min_speedup, max_quality_drop, baselines.parse_regressions(max_regression))
+    gates = Gates(min_speedup, max_quality_drop, baselines.parse_regressions(max_regression), allow_unjudged)
     gates.validate()
     require(baseline is not None or not (gates.max_regression or baseline_ignore),
             "--max-regression and --baseline-ignore compare with a stored run: add --baseline PATH")
+    require(not allow_unjudged or gates.max_regression, "--allow-unjudged passes regression gates: add --max-regression")
     ignored = baselines.parse_ignore(baseline_ignore)
     stored = baselines.load(baseline) if baseline is not None else None  # refused before any model loads
     if save_baseline is not None:
@@ -106,6 +111,9 @@ def eval_command(
     method_list = parse_methods(methods, parse_sweep(sweep) if sweep else [],
                                 parse_tree_sweep(sweep_tree) if sweep_tree else None)
     specs, suites = load_suites(suite, limit, allow_code_execution)
+    if stored is not None:  # every method and sample of this run in the baseline, before any model loads
+        baselines.check_plan(stored, [(s.name, sample.id) for s in suites for sample in s.samples],
+                             [m.name for m in method_list], baseline)
     strict_sandbox = True
     if allow_code_execution and any(s.needs_execution for s in suites):
         from ..evaluation.execution import sandbox_mode

@@ -100,9 +100,18 @@ def save_baseline(results: dict, folder: Path) -> Path:
     """`--save-baseline DIR`: the run's results document (per-sample figures and cost curve
     included) as DIR/results.json, which `--baseline DIR` reads (check_destination vetted DIR
     before the run)."""
+    from .baseline import schema_problem
+
+    problem = schema_problem(results)  # what --baseline reads back: the same schema
+    require(problem is None, f"cannot save a baseline in {folder}: {problem} (the results are written)")
+    try:
+        text = json.dumps(results, indent=1, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise UserError(f"cannot save a baseline in {folder}: a figure is not a finite number (the results are "
+                        "written)") from None
     create_directory(folder)
     path = folder / "results.json"
-    write_atomic(path, json.dumps(results, indent=1, ensure_ascii=False))
+    write_atomic(path, text)
     return path
 
 

@@ -25,6 +25,7 @@ class Gates:
     min_speedup: float | None = None
     max_quality_drop: float | None = None
     max_regression: dict[str, float] = field(default_factory=dict)  # figure -> tolerance, against --baseline
+    allow_unjudged: bool = False  # a regression gate that cannot be judged passes (said so) instead of failing
 
     def validate(self) -> None:
         for name, value in (("--min-speedup", self.min_speedup), ("--max-quality-drop", self.max_quality_drop)):
@@ -149,7 +150,8 @@ def build_results(command: str, suites: list[Suite], methods: list[Method], desc
         results["baseline"] = {"path": where, "identity": document["identity"],
                                "comparisons": compare(figures, document, scopes(names))}
         exact = results["determinism"]["deterministic"] and (document.get("determinism") or {}).get("deterministic", False)
-        outcomes += regression_gates(figures, document, scopes(names), gates.max_regression, exact)
+        outcomes += regression_gates(figures, document, scopes(names), gates.max_regression, exact,
+                                     gates.allow_unjudged)
     results["samples"] = figures
     if gates.active:
         results["gates"] = {"min_speedup": gates.min_speedup, "max_quality_drop": gates.max_quality_drop,

@@ -76,12 +76,12 @@ def test_junit_cannot_replace_the_runs_own_files_or_the_baseline(capsys, tmp_pat
 
 
 def test_the_baseline_being_read_is_not_replaced_by_junit(capsys, tmp_path, tiny_dir, no_model):
+    from tests.evaluation.test_baseline_schema import valid_document
+
     suite = suite_file(tmp_path / "s.jsonl")
     stored = tmp_path / "baseline" / "results.json"
     stored.parent.mkdir()
-    stored.write_text(json.dumps({"identity": {}, "complete": True, "samples": [
-        {"suite": "s", "sample_id": "s0", "method": "vanilla", "new_tokens": 2, "rounds": 2, "wall_s": 1.0,
-         "sum_logprob": -1.0}]}))
+    stored.write_text(json.dumps(valid_document()))
     before = stored.read_bytes()
     refused(capsys, [*RUN, "--suite", str(suite), "--target", str(tiny_dir), "--baseline", str(stored.parent),
                      "--junit", str(stored)], "is the --baseline being read")
