@@ -20,6 +20,7 @@ from . import __version__
 from .commands import common
 from .errors import StaticCacheFull, UserError
 from .paths import DISK_FULL, release_outputs
+from .terminal import shown
 
 BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a reader that closed the pipe early
 _tracebacks = False  # --debug: errors raise instead of becoming one line
@@ -133,17 +134,17 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         if _tracebacks:
             raise
-        print(f"mars: error: {exc}{_advice(exc)}", file=sys.stderr)
+        print(f"mars: error: {shown(str(exc))}{_advice(exc)}", file=sys.stderr)
         return 2
     except FloatingPointError as exc:
         if _tracebacks:
             raise
-        print(f"mars: error: {exc}", file=sys.stderr)
+        print(f"mars: error: {shown(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:
         if exc.errno not in DISK_FULL or _tracebacks:
             raise
-        where = f" writing {exc.filename}" if exc.filename else ""
+        where = f" writing {shown(str(exc.filename))}" if exc.filename else ""
         print(f"mars: error: {exc.strerror}{where}: free some space (or point --out, TMPDIR or MARS_CACHE "
               "elsewhere); what was written before is kept", file=sys.stderr)
         return 2

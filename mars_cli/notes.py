@@ -21,7 +21,9 @@ def warn(text: str, *, once: bool = False) -> None:
 
 
 def _say(kind: str, text: str, once: bool) -> None:
-    line = f"mars: {kind}: {text}"
+    from .terminal import shown
+
+    line = f"mars: {kind}: {shown(text)}"
     if once:
         if line in _SHOWN:
             return

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from .terminal import shown
+
+
+class Table(RichTable):
+    """A rich table whose string cells and title are plain text: a model name or a file path
+    holding `[...]` or escape sequences is shown as it is, never read as markup or obeyed."""
+
+    def __init__(self, *args, title: str | Text | None = None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, title=Text(shown(title)) if isinstance(title, str) else title, **kwargs)
+
+    def add_row(self, *cells, **kwargs) -> None:  # type: ignore[no-untyped-def,override]
+        super().add_row(*(Text(shown(cell)) if isinstance(cell, str) else cell for cell in cells), **kwargs)
 
 
 def stats_table(stats: dict, config: dict, server: dict | None = None) -> Table:
@@ -159,7 +173,7 @@ def profile_tables(report: dict) -> list[Table | str]:
             continue
         split.add_row(phase, f"{entry['seconds']:.3f}", f"{entry['share']:.1%}", _bar(entry["share"]))
     rest = report["time_split"]["not_model_forward"]
-    split.add_row("[dim]all but model forwards[/dim]", f"{rest['seconds']:.3f}", f"{rest['share']:.1%}", _bar(rest["share"]))
+    split.add_row(Text("all but model forwards", style="dim"), f"{rest['seconds']:.3f}", f"{rest['share']:.1%}", _bar(rest["share"]))
     tables.append(split)
 
     histogram = report["accepted_length_histogram"]

@@ -11,9 +11,10 @@ from rich.console import Console
 from ..errors import UserError, require
 from ..notes import note
 
-# Tables stay readable in logs and pipes too (rich assumes 80 columns when not on a terminal).
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False)
+# Tables stay readable in logs and pipes too (rich assumes 80 columns when not on a terminal). No
+# markup: a path or a model's text holding `[...]` is printed as it is (terminal.py).
+out = Console(highlight=False, markup=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, markup=False)
 
 # what `generate` reads of stdin at most: 2**20 tokens at a generous 64 bytes each (Session.encode then
 # holds a prompt to its model's own window, in bytes, before tokenizing it)
@@ -82,7 +83,7 @@ def progress_bar():
     """The progress bar long commands draw on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                     console=err, transient=False)
 
 

@@ -19,6 +19,7 @@ from ..errors import UserError
 from ..flags import DECODING_FLAGS, decoding_flags
 from ..notes import note
 from ..options import DecodingOptions
+from ..terminal import shown
 from .common import err, out, read_prompt
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -102,11 +103,11 @@ def _render(events, as_json: bool, show_stats: bool, server: dict | None) -> Non
         for event in events:
             if "delta" in event:
                 streaming = True
-                out.print(event["delta"], end="", markup=False)
+                out.print(shown(event["delta"]), end="", markup=False, highlight=False)
             elif "ended" in event and not as_json:
                 out.print()
                 streaming = False
-            elif "stderr" in event:
+            elif "stderr" in event:  # the server's notes, already shown-safe (notes.py)
                 print(event["stderr"], file=sys.stderr, flush=True)
             elif "error" in event:
                 if event.get("code", 2) == 2:

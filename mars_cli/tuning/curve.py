@@ -37,6 +37,10 @@ SETTLE_REPEATS = 8  # forwards of each deciding width, interleaved, when a chain
 # a cached cost outside these is nonsense, measured again (`plausible`)
 MIN_WIDTH_RATIO, MAX_WIDTH_RATIO = 0.1, 1000.0
 MAX_PLAUSIBLE_WIDTH = 4096
+# a wider forward feeds the positions of a narrower one and more: one that costs under this share of
+# a narrower width's is noise or a forged entry (a curve falling to width 65 had the default pick a
+# 4 x 64 tree that ran 2.3x slower)
+MIN_FALL_RATIO = 0.75
 DEFAULT_PLAIN_MS = 50.0  # a stand-in curve's plain forward where nothing was timed (about this project's CPUs')
 
 
@@ -121,6 +125,11 @@ class CurveMeasurement(MeasuredChoice[MeasuredCurve]):
         why = f"the measuring ran out of its budget before timing widths {spans(short)} fully" if short else None
         if 1 not in costs:  # not even a plain forward was timed: the stand-in, scaled by nothing known
             return self.fallback(why or "not measured")
+        fell = falls(costs)
+        if fell is not None:  # noise: decided on the narrower widths' costs, measured again later
+            costs = monotone(costs)
+            why = why or (f"the cost fell as the width grew (width {fell} under {MIN_FALL_RATIO:g} of a narrower "
+                          "one's): timing noise")
         # figures of the previous entry that were not timed again stand in, and stay unreusable
         stale = any(w not in timed and w not in have.ms_by_width for w in stand_in)
         return MeasuredCurve(CostCurve(self.key, costs, settled), Provenance(provisional=why, stale=stale))
@@ -192,7 +201,7 @@ def settle(scorer: "TargetScorer", curve: CostCurve, widths: Sequence[int], budg
     full = all(len(samples.get(w, ())) >= SETTLE_REPEATS for w in widths)
     timed = {w: statistics.median(values) for w, values in samples.items() if values}
     settled = curve.settled | frozenset(widths) if full else curve.settled
-    refreshed = CostCurve(curve.key, {**curve.ms_by_width, **timed}, settled)
+    refreshed = CostCurve(curve.key, monotone({**curve.ms_by_width, **timed}), settled)
     why = busy or (None if full else "the settling ran out of its budget")
     save(CurveMeasurement(scorer, widths), MeasuredCurve(refreshed, Provenance(False, why, clock.wall(), busy is not None)))
     return refreshed
@@ -256,8 +265,30 @@ def plausible(ms_by_width: dict[int, float]) -> dict[int, float]:
     plain = ms_by_width.get(1)
     if plain is None or not store.plausible_times(plain):
         return {}
-    return {w: ms for w, ms in ms_by_width.items()
+    kept = {w: ms for w, ms in ms_by_width.items()
             if 1 <= w <= MAX_PLAUSIBLE_WIDTH and store.plausible_times(ms) and MIN_WIDTH_RATIO <= ms / plain <= MAX_WIDTH_RATIO}
+    return {} if falls(kept) is not None else kept  # a curve that falls as the width grows: measured again
+
+
+def falls(ms_by_width: dict[int, float]) -> int | None:
+    """The first width whose cost is under MIN_FALL_RATIO of a narrower width's (a curve no real
+    forward gives), or None."""
+    highest = 0.0
+    for width in sorted(ms_by_width):
+        if ms_by_width[width] < MIN_FALL_RATIO * highest:
+            return width
+        highest = max(highest, ms_by_width[width])
+    return None
+
+
+def monotone(ms_by_width: dict[int, float]) -> dict[int, float]:
+    """Each width's cost at least every narrower width's (a wider forward is never taken for
+    cheaper than a narrower one: a dip measured under noise would choose wide trees)."""
+    highest, kept = 0.0, {}
+    for width in sorted(ms_by_width):
+        highest = max(highest, ms_by_width[width])
+        kept[width] = highest
+    return kept
 
 
 def default_curve(key: dict, plain_ms: float) -> CostCurve:
