@@ -52,6 +52,7 @@ class Session:
     _drift_found = False  # a drift was found and its entries made provisional (tuning/drift.py): once a session
     _plain_timed = (0.0, 0)  # the target seconds and rounds of the prompts decoded so far
 
+    @plan.collected  # what its tuning measures is said in one line, when decoding starts (say_tuning)
     def __init__(self, options: DecodingOptions, target: LoadedModel | None = None,
                  draft_model: LoadedModel | None = None) -> None:
         """`target` and `draft_model` let several sessions share models already loaded."""
@@ -222,6 +223,7 @@ class Session:
         return DecodeSettings(self.options.max_new_tokens, depth, self.options.stop, adaptive_draft=drafting.adaptive,
                               tree_tokens=self.tree.tokens)
 
+    @plan.collected
     def draft_length(self) -> AdaptiveDraftLength | None:
         """`--num-draft auto`: the per-round length chooser, built on first use from the target's
         cost curve (measured once per model, device, dtype and compile mode, then cached). It keeps
@@ -259,6 +261,7 @@ class Session:
         noise = PositionNoise(seed, self.target.vocab_size, self.target.output_device)
         settings = settings or self.settings()
         draft_length = self.draft_length() if settings.adaptive_draft else None
+        plan.say_tuning()  # what tuning measured, or found provisional, in one note (once a process)
         verifier = self.verifier if verifier is None else verifier
         tokens = decode(self.scorer, self.drafter, verifier, prompt_ids, settings, noise, stats, observe, draft_length)
         return _torch_on_one_thread(tokens) if self.options.model.engine == "llama.cpp" else tokens
@@ -331,6 +334,8 @@ class Session:
         if chosen is not None:
             report["llamacpp_threads"] = {"value": chosen.threads, "cached": chosen.provenance.cached,
                                           "provisional": chosen.provenance.provisional}
+        report["notes"] = plan.tuning_notes(self.target, self.packing, self.int8_head,
+                                            self._curve.key if self._curve is not None else None, chosen)
         report["seconds"] = clock.TALLY.seconds
         return report
 

@@ -1,5 +1,6 @@
 """One protocol for every measured choice: key, cached entry, lock, budget, plausibility,
-provisional entries on a busy machine, forgetting on drift, and one note.
+provisional entries on a busy machine, forgetting on drift, and one note (in a session, one line
+for all its choices: summary.py).
 
 A `MeasuredChoice` says what it measures (`key`, `measure`), how to read its entry back
 (`parse`, which refuses anything implausible), what to run on when nothing can be measured
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
 from .. import notes
-from . import clock, machine, store
+from . import clock, machine, store, summary
 
 RETRY_AFTER_S = 600.0  # a provisional entry is measured again after this long, on a quiet machine
 # ... or at once on a quiet machine, when it was cut short there (a first use on a quiet machine
@@ -61,6 +62,7 @@ class MeasuredChoice(ABC, Generic[R]):
     their entry."""
 
     what: str  # "dtype measurement": in notes
+    label: str = ""  # "dtype": in the one summary line of a session's tuning (summary.py); `what` where empty
     folder: str  # <cache>/<folder>/
     schema: int
     budget_s: float | None = None  # at most this long, within the process's budget
@@ -89,6 +91,10 @@ class MeasuredChoice(ABC, Generic[R]):
     @abstractmethod
     def describe(self, result: R) -> str:
         """The one line that announces a result measured now (or provisional)."""
+
+    def shown(self, result: R) -> str | None:
+        """What the summary line shows beside `label` ("float32"); None: the label alone."""
+        return None
 
     @property
     def path(self) -> Path:
@@ -133,15 +139,19 @@ def save(choice: MeasuredChoice[R], result: R) -> None:
     text = json.dumps({"schema": choice.schema, "key": choice.key, **result.fields(),  # type: ignore[attr-defined]
                        "provisional": provenance.provisional, "measured_at": provenance.measured_at,
                        "busy": provenance.busy, "attempts": provenance.attempts, "stale": provenance.stale}, indent=1)
-    if not store.save_or_note(choice.path, text, choice.what) and provenance.provisional is None:
-        provenance.provisional = "the cache cannot be written"
+    if not store.save_or_note(choice.path, text, choice.what):
+        if provenance.provisional is None:
+            provenance.provisional = "the cache cannot be written"
+    else:
+        summary.wrote(choice.path)
 
 
 def obtain(choice: MeasuredChoice[R], *, fresh: bool = False, budget: clock.Budget | None = None,
            announce: bool = True) -> R:
     """The choice's answer on this machine: its entry, else measured (see the module's text).
     `fresh` measures again whatever the entry says, within `budget` (`mars tune` passes an
-    unbounded one). `announce`: a result measured now, or provisional, gets its one note."""
+    unbounded one). `announce`: a result measured now, or provisional, is announced: its one
+    note, or within a session a record for the session's one line (summary.py)."""
     with clock.TALLY.counting():
         return _obtain(choice, fresh, budget or clock.BUDGET, announce)
 
@@ -149,15 +159,15 @@ def obtain(choice: MeasuredChoice[R], *, fresh: bool = False, budget: clock.Budg
 def _obtain(choice: MeasuredChoice[R], fresh: bool, budget: clock.Budget, announce: bool) -> R:
     cached = None if fresh else read(choice)
     if cached is not None and not due(cached) and (choice.complete(cached) or cached.provenance.provisional is not None):
-        _announce_provisional(choice, cached, announce)
+        if cached.provenance.provisional is not None:  # a provisional entry: said once per process
+            _announce(choice, cached, announce, had_entry=True, once=True)
         return cached
     waiting = (lambda: notes.note(f"another mars process is running the {choice.what}; waiting for it "
                                   f"(at most {min(LOCK_WAIT_S, max(budget.left, 0)):.0f} s)")) if announce else None
     with store.EntryLock(choice.path, min(LOCK_WAIT_S, max(budget.left, 0.0)), waiting) as lock:
         if not lock.acquired:
             result = cached or choice.fallback("another mars process was still measuring it")
-            if announce:
-                notes.note(choice.describe(result))
+            _announce(choice, result, announce, had_entry=cached is not None)
             return result
         if not fresh:  # measured by another process while this one waited?
             again = read(choice)
@@ -178,15 +188,17 @@ def _obtain(choice: MeasuredChoice[R], fresh: bool, budget: clock.Budget, announ
         if provenance.provisional is not None and cached is not None and cached.provenance.provisional is not None:
             provenance.attempts = cached.provenance.attempts + 1  # type: ignore[attr-defined]
         save(choice, result)
-    if announce:
-        notes.note(choice.describe(result))
+    _announce(choice, result, announce, had_entry=cached is not None)
     return result
 
 
-def _announce_provisional(choice: MeasuredChoice, result: object, announce: bool) -> None:
-    """A provisional entry read from the cache: said once per process."""
-    if announce and result.provenance.provisional is not None:  # type: ignore[attr-defined]
-        notes.note(choice.describe(result), once=True)
+def _announce(choice: MeasuredChoice, result: object, announce: bool, had_entry: bool, once: bool = False) -> None:
+    """A result measured now, or provisional: its note, or a record for the session's one line."""
+    if announce:
+        path = choice.path
+        summary.announce(summary.Record(choice.label or choice.what, choice.shown(result), choice.describe(result),
+                                        result.provenance, path, summary.is_new(path, had_entry)),  # type: ignore[attr-defined]
+                         once=once)
 
 
 def announced(line: str, provenance: Provenance, scope: str) -> str:

@@ -23,7 +23,7 @@ from ..decoding import cost
 from ..decoding.cost import COMPILED_WIDTHS, DEFAULT_WIDTHS, MAX_TREE_TOKENS, SCHEMA, CostCurve
 from ..decoding.packing import installed
 from ..decoding.tree import DraftTree
-from . import clock, machine, store
+from . import clock, machine, store, summary
 from .choice import MeasuredChoice, Provenance, announced, due, obtain, read, save
 
 if TYPE_CHECKING:
@@ -68,6 +68,9 @@ def scorer_key(scorer: "TargetScorer") -> dict:
                      installed(target.model))
 
 
+SCOPE = "model, device, dtype and compile mode"  # what one curve is measured for (in its notes)
+
+
 @dataclass
 class MeasuredCurve:
     """A cost curve with where it came from (the protocol's result)."""
@@ -83,7 +86,7 @@ class CurveMeasurement(MeasuredChoice[MeasuredCurve]):
     """The curve of `scorer`'s forwards with at least `wanted` widths (`known`: this session's
     curve so far, whose widths are not measured again)."""
 
-    what, folder, schema = "cost curve measurement", FOLDER, SCHEMA
+    what, folder, schema, label = "cost curve measurement", FOLDER, SCHEMA, "cost curve"
 
     def __init__(self, scorer: "TargetScorer", wanted: Sequence[int], known: CostCurve | None = None,
                  repeats: int = FIRST_USE_REPEATS) -> None:
@@ -155,7 +158,7 @@ class CurveMeasurement(MeasuredChoice[MeasuredCurve]):
         widths = sorted(result.curve.ms_by_width)
         line = (f"the target's forward cost at widths {spans(widths)}: {result.curve.cost(1):.1f} ms at width 1"
                 + (f", {result.curve.cost(widths[-1]):.1f} at {widths[-1]}" if len(widths) > 1 else ""))
-        return announced(line, result.provenance, "model, device, dtype and compile mode")
+        return announced(line, result.provenance, SCOPE)
 
 
 def curve_for(scorer: "TargetScorer", widths: Sequence[int] | None = None, *, fresh: bool = False,
@@ -192,9 +195,10 @@ def settle(scorer: "TargetScorer", curve: CostCurve, widths: Sequence[int], budg
     entry = read(CurveMeasurement(scorer, widths))
     if budget.spent or (entry is not None and entry.provenance.provisional is not None and not due(entry)):
         return curve  # nothing left to measure with, or a provisional curve that is not due: as it is
-    if announce:
-        notes.note(f"the chain-or-tree choice is a close call on the measured costs; timing widths {spans(widths)} "
-                   f"again (once; at most {budget.left:.0f} s)")
+    close_call = (f"the chain-or-tree choice is a close call on the measured costs; timing widths {spans(widths)} "
+                  f"again (once; at most {budget.left:.0f} s)")
+    if announce and not summary.active():  # in a session: a record for its one line, once timed
+        notes.note(close_call)
     busy = machine.busy_reason()
     with clock.TALLY.counting(), budget.spending() as deadline, torch.inference_mode():
         samples = time_width_samples(scorer, widths, SETTLE_REPEATS, deadline())
@@ -203,7 +207,14 @@ def settle(scorer: "TargetScorer", curve: CostCurve, widths: Sequence[int], budg
     settled = curve.settled | frozenset(widths) if full else curve.settled
     refreshed = CostCurve(curve.key, monotone({**curve.ms_by_width, **timed}), settled)
     why = busy or (None if full else "the settling ran out of its budget")
-    save(CurveMeasurement(scorer, widths), MeasuredCurve(refreshed, Provenance(False, why, clock.wall(), busy is not None)))
+    measurement = CurveMeasurement(scorer, widths)
+    provenance = Provenance(False, why, clock.wall(), busy is not None)
+    new = summary.is_new(measurement.path, True)  # its entry first written by this process?
+    save(measurement, MeasuredCurve(refreshed, provenance))
+    if announce and summary.active():
+        done = f"the chain-or-tree choice was a close call on the measured costs: widths {spans(widths)} timed again"
+        summary.announce(summary.Record(measurement.label, None, announced(done, provenance, SCOPE), provenance,
+                                        measurement.path, new))
     return refreshed
 
 

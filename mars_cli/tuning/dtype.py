@@ -166,7 +166,7 @@ class DtypeMeasurement(MeasuredChoice[DtypeChoice]):
     drafts (`speculative`) or not, each candidate timed on packed linears (`packed`) where they
     can be packed."""
 
-    what, folder, schema, budget_s = "dtype measurement", FOLDER, SCHEMA, BUDGET_S
+    what, folder, schema, budget_s, label = "dtype measurement", FOLDER, SCHEMA, BUDGET_S, "dtype"
 
     def __init__(self, target: LoadedModel, speculative: bool = False, packed: bool = False) -> None:
         self.target = target
@@ -193,6 +193,9 @@ class DtypeMeasurement(MeasuredChoice[DtypeChoice]):
 
     def describe(self, result: DtypeChoice) -> str:
         return describe(result)
+
+    def shown(self, result: DtypeChoice) -> str:
+        return result.chosen
 
 
 def _candidate(entry: dict) -> Candidate | None:

@@ -49,7 +49,7 @@ class Int8Choice:
 class Int8Measurement(MeasuredChoice[Int8Choice]):
     """Whether int8 rows pay for `head` drafting beside `target` here."""
 
-    what, folder, schema, budget_s = "int8 head measurement", FOLDER, SCHEMA, BUDGET_S
+    what, folder, schema, budget_s, label = "int8 head measurement", FOLDER, SCHEMA, BUDGET_S, "int8 head"
 
     def __init__(self, head: torch.nn.Module, target) -> None:
         self.head, self.target = head, target
@@ -67,6 +67,9 @@ class Int8Measurement(MeasuredChoice[Int8Choice]):
 
     def describe(self, result: Int8Choice) -> str:
         return describe(result)
+
+    def shown(self, result: Int8Choice) -> str:
+        return "on" if result.used else "off"
 
 
 def settle(head: torch.nn.Module, target, mode: str, compiled: bool = False) -> Int8Choice:

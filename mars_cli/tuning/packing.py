@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import notes
 from ..decoding.kv import KVCache
 from ..decoding.packing import PACK_ROWS, Switch, dtype_name, install, problem, remove
 from ..errors import UserError
-from . import clock, curve, machine
+from . import clock, curve, machine, store, summary
 from .choice import MeasuredChoice, Provenance, Verdict, announced, decide, obtain, read_verdict
 
 MODES = ("auto", "on", "off")
@@ -52,7 +51,7 @@ class PackingChoice:
 class PackingMeasurement(MeasuredChoice[PackingChoice]):
     """Whether packing pays for `target`'s linears here."""
 
-    what, folder, schema, budget_s = "packing measurement", FOLDER, SCHEMA, BUDGET_S
+    what, folder, schema, budget_s, label = "packing measurement", FOLDER, SCHEMA, BUDGET_S, "packed linears"
 
     def __init__(self, target) -> None:
         self.target = target
@@ -70,6 +69,9 @@ class PackingMeasurement(MeasuredChoice[PackingChoice]):
 
     def describe(self, result: PackingChoice) -> str:
         return describe(result)
+
+    def shown(self, result: PackingChoice) -> str:
+        return "on" if result.packed else "off"
 
 
 def settle(target, mode: str, compiled: bool, timed_packed: bool = False) -> PackingChoice:
@@ -106,8 +108,11 @@ def follows_dtype(choice: PackingChoice) -> PackingChoice:
         return choice
     if choice.ms_dense <= PREFERENCE * choice.ms_packed:
         return choice  # dense clearly faster: dense is faster still than what was timed
-    notes.note(f"--packed-weights auto: {choice.key.get('dtype', 'the dtype')} packed, as --dtype auto timed it "
-               f"(dense {choice.ms_dense:.0f} ms vs packed {choice.ms_packed:.0f} ms is within noise)", once=True)
+    said = (f"--packed-weights auto: {choice.key.get('dtype', 'the dtype')} packed, as --dtype auto timed it "
+            f"(dense {choice.ms_dense:.0f} ms vs packed {choice.ms_packed:.0f} ms is within noise)")
+    # in a session: a detail of the packing choice (it changes what a measurement now announces)
+    summary.announce(summary.Record(PackingMeasurement.label, "on", said, None, store.cache_path(choice.key, FOLDER),
+                                    False), once=True)
     return dataclasses.replace(choice, packed=True, follows_dtype=True)
 
 

@@ -52,7 +52,8 @@ def pick(ms_by_threads: dict[int, float], cores: int) -> int:
 class ThreadsMeasurement(MeasuredChoice[ThreadsChoice]):
     """The thread count at which `scorer`'s plain steps run fastest here."""
 
-    what, folder, schema, budget_s = "llama.cpp thread count measurement", FOLDER, SCHEMA, BUDGET_S
+    what, folder, schema, budget_s, label = ("llama.cpp thread count measurement", FOLDER, SCHEMA, BUDGET_S,
+                                             "llama.cpp threads")
 
     def __init__(self, scorer) -> None:
         self.scorer = scorer
@@ -83,6 +84,9 @@ class ThreadsMeasurement(MeasuredChoice[ThreadsChoice]):
         shown = ", ".join(f"{n}: {ms:.1f} ms" for n, ms in sorted(result.ms_by_threads.items()))
         return (f"--engine llama.cpp: {result.threads} thread{'s' if result.threads > 1 else ''}"
                 + (f" (a block of {STEPS} plain steps with {shown})" if shown else ""))
+
+    def shown(self, result: ThreadsChoice) -> str:
+        return str(result.threads)
 
 
 def time_threads(scorer, counts: list[int], deadline: float | None) -> dict[int, list[float]]:

@@ -22,6 +22,7 @@ from mars_cli.tuning import choice as protocol
 from mars_cli.tuning import clock, curve, machine, store
 from mars_cli.tuning import dtype as tuning_dtype
 from mars_cli.tuning.choice import QUIET_ATTEMPTS, RETRY_AFTER_S
+from tests.tuning.conftest import said
 
 
 @pytest.fixture(autouse=True)
@@ -128,7 +129,7 @@ def test_the_fastest_dtype_wins_and_is_converted_in_place(tiny_dir, probe, capsy
     assert fake.asked == [["float32", "bfloat16"]]
     assert {p.dtype for p in loaded.model.parameters()} == {torch.bfloat16}
     assert {b.dtype for b in loaded.model.buffers()} == {torch.float32}  # RoPE's frequencies stay float32
-    lines = capsys.readouterr().err.strip().splitlines()
+    lines = said(capsys).splitlines()  # the choice's own line: recorded for a session's one note
     assert len(lines) == 1 and "--dtype auto: bfloat16" in lines[0] and "6.0 ms in bfloat16" in lines[0]
     assert "cached" in lines[0] and "float32 is the exact mode" in lines[0]
     [entry] = entries(cache)
@@ -145,9 +146,9 @@ def test_float32_wins_when_faster_or_within_noise(tiny_dir, probe, cache, capsys
     assert auto(tiny_dir).dtype == torch.float32
     (cache / "dtypes").rename(cache / "elsewhere")
     probe(float32=[10.0, 10.0, 10.0], bfloat16=[9.8, 9.8, 9.8])  # 2% faster: not worth exactness
-    capsys.readouterr()
+    said(capsys)
     assert auto(tiny_dir).dtype == torch.float32
-    assert "float32 kept, exact: bfloat16 was not 3% faster" in capsys.readouterr().err
+    assert "float32 kept, exact: bfloat16 was not 3% faster" in said(capsys)
 
 
 def test_a_close_call_is_timed_again_and_decided_on_every_block(tiny_dir, monkeypatch, cache, capsys):
@@ -164,7 +165,7 @@ def test_a_close_call_is_timed_again_and_decided_on_every_block(tiny_dir, monkey
     assert len(asked) == 2 and loaded.dtype_choice.chosen == "bfloat16"  # median of 96 x 5 and 80 x 5: 0.88
     bf16 = next(c for c in loaded.dtype_choice.candidates if c.dtype == "bfloat16")
     assert bf16.repeats == 10 and bf16.ms_per_step == 88.0
-    assert "timed twice: a close call" in capsys.readouterr().err
+    assert "timed twice: a close call" in said(capsys)
 
 
 def test_the_budget_covers_the_check_and_a_dtype_it_left_unchecked_is_measured_again(tiny_dir, monkeypatch, cache):
@@ -242,7 +243,7 @@ def test_a_dtype_with_nan_logits_is_skipped_even_if_fastest(tiny_dir, probe, mon
     assert fake.asked == [["float32"]]  # an unusable dtype is not even timed
     [bf16] = [c for c in loaded.dtype_choice.candidates if c.dtype == "bfloat16"]
     assert not bf16.usable and "not finite" in bf16.problem
-    line = capsys.readouterr().err.strip()
+    line = said(capsys)
     assert "bfloat16 not usable here: its logits are not finite" in line
 
 
@@ -365,7 +366,7 @@ def test_a_busy_machines_measurement_is_provisional_until_due_on_a_quiet_machine
     data = read_entry(cache)
     assert data["chosen"] == "bfloat16" and why in data["provisional"] and data["busy"] is True
     assert data["measured_at"] == wall.now and data["attempts"] == 1
-    line = capsys.readouterr().err.strip()
+    line = said(capsys)
     assert why in line and "provisional" in line and f"{RETRY_AFTER_S / 60:.0f} min have passed" in line
     # within the interval: used as it is, busy or quiet, nothing measured
     again = auto(tiny_dir)
@@ -507,7 +508,7 @@ def test_a_drafting_session_chooses_by_cost_per_token_a_plain_one_by_step(tiny_d
     plain = Session(DecodingOptions.of(target=str(tiny_dir), draft="none", device="cpu", max_new_tokens=4))
     assert drafting.target.dtype == torch.bfloat16 and plain.target.dtype == torch.float32
     assert fake.estimated == ["float32", "bfloat16"]  # only the drafting session estimates
-    line = next(line for line in capsys.readouterr().err.splitlines() if "for speculative decoding" in line)
+    line = next(line for line in said(capsys).splitlines() if "for speculative decoding" in line)
     packed = {c.dtype: c.packed for c in drafting.target.dtype_choice.candidates}["bfloat16"]
     label = "bfloat16 (packed linears)" if packed else "bfloat16"
     assert "bfloat16 (target forwards per token" in line and f"5.0 ms in {label} with a chain of 2" in line
