@@ -205,7 +205,7 @@ def settle(scorer: "TargetScorer", curve: CostCurve, widths: Sequence[int], budg
     full = all(len(samples.get(w, ())) >= SETTLE_REPEATS for w in widths)
     timed = {w: statistics.median(values) for w, values in samples.items() if values}
     settled = curve.settled | frozenset(widths) if full else curve.settled
-    refreshed = CostCurve(curve.key, monotone({**curve.ms_by_width, **timed}), settled)
+    refreshed = CostCurve(curve.key, {**curve.ms_by_width, **timed}, settled)
     why = busy or (None if full else "the settling ran out of its budget")
     measurement = CurveMeasurement(scorer, widths)
     provenance = Provenance(False, why, clock.wall(), busy is not None)
