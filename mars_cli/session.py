@@ -244,6 +244,12 @@ class Session:
                 self._draft_length = AdaptiveDraftLength(costs, self.options.drafting.max_draft)
         return self._draft_length
 
+    def as_fresh(self) -> None:
+        """Decode the next prompt as a session built for it would: what `--num-draft auto` learnt of
+        the drafter's acceptance from earlier prompts is forgotten (the warm server serves one-liners,
+        each of which a process of its own would have decoded alone)."""
+        self._draft_length = None
+
     def _cost_curve(self, widths: tuple[int, ...]) -> cost.CostCurve:
         """The target's cost curve with at least `widths`: only what this session reads is
         measured (on first use, within the process's measuring budget), then cached."""

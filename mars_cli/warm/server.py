@@ -149,6 +149,7 @@ class Server:
                     self.keep(key, session)
                 else:
                     self.sessions.move_to_end(key)
+                    session.as_fresh()  # this one-liner decoded as its own process would
                     startup.built(TALLY.seconds)
                 for event in generation.events(session, request["text"], startup, request.get("stream", True)):
                     stream.flush()
