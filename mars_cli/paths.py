@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -154,6 +155,58 @@ def check_can_create(directory: Path, what: Path) -> None:
         raise UserError(f"cannot write {what}: {exc.strerror or exc}") from None
 
 
+def locks_dir() -> Path:
+    """`$MARS_CACHE/locks`, where output and conversion locks live: a directory of this user's
+    that no one else can write (made 0700; one that is a link, or not this user's, is refused:
+    another user could plant a link there named like the next lock)."""
+    from .errors import UserError
+
+    folder = cache_dir() / "locks"
+    create_directory(cache_dir())
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UserError(f"cannot create {folder}: {exc.strerror or exc}") from None
+    found = os.lstat(folder)
+    if not stat.S_ISDIR(found.st_mode):
+        raise UserError(f"{folder} is {'a symbolic link' if stat.S_ISLNK(found.st_mode) else 'not a directory'}: "
+                        "mars keeps its locks there; remove it")
+    if hasattr(os, "geteuid") and found.st_uid != os.geteuid():
+        raise UserError(f"{folder} belongs to another user (uid {found.st_uid}): mars keeps its locks in a folder "
+                        "only you can write; remove it or point MARS_CACHE elsewhere")
+    if found.st_mode & 0o022:
+        os.chmod(folder, stat.S_IMODE(found.st_mode) & ~0o022)  # ours: writable by us alone
+    return folder
+
+
+class PlantedLock(OSError):
+    """A lock's path is a link or something other than a regular file: not made by mars."""
+
+
+def open_lock(path: Path) -> int:
+    """A lock file's descriptor, opened read-write and created 0600 if missing, without following
+    a link at `path` (a planted link made the output lock overwrite the file it pointed to) and
+    without blocking on a FIFO. PlantedLock for a link, a non-regular file or one with other
+    names (hard links); OSError for anything else."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
+        | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        handle = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise PlantedLock(errno.ELOOP, f"{path} is a symbolic link, not a lock mars made") from None
+        raise
+    found = os.fstat(handle)
+    if not stat.S_ISREG(found.st_mode) or found.st_nlink > 1:
+        os.close(handle)
+        what = "not a regular file" if not stat.S_ISREG(found.st_mode) else "a file with other names (hard links)"
+        raise PlantedLock(errno.EEXIST, f"{path} is {what}, not a lock mars made")
+    os.set_blocking(handle, True)
+    return handle
+
+
 _claimed: dict[str, object] = {}  # output locks this process holds, by lock path (released as a command ends)
 
 
@@ -175,9 +228,13 @@ def claim_output(path: Path, command: str) -> None:
     lock_path = cache_dir() / "locks" / f"output-{key}.lock"
     if str(lock_path) in _claimed:
         return
-    create_directory(lock_path.parent.parent)
-    lock_path.parent.mkdir(exist_ok=True)
-    handle = open(lock_path, "a+", encoding="utf-8")
+    locks_dir()
+    try:
+        handle = os.fdopen(open_lock(lock_path), "r+", encoding="utf-8")
+    except PlantedLock as exc:
+        raise UserError(f"cannot claim {path}: {exc.strerror}; remove it") from None
+    except OSError as exc:
+        raise UserError(f"cannot claim {path}: cannot open its lock {lock_path}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

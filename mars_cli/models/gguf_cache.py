@@ -72,13 +72,23 @@ class _entry_lock:
         self.wait, self.handle, self.acquired = wait, None, False
 
     def __enter__(self) -> "_entry_lock":
+        """The lock, opened in the user's own locks folder without following a link (a link planted
+        there made the open create a file at the link's target)."""
+        from ..paths import PlantedLock, locks_dir, open_lock
+
         try:
             import fcntl
         except ImportError:  # pragma: no cover - not on POSIX
             self.acquired = True
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.handle = open(self.path, "a+b")
+        if self.path.parent == cache_dir() / "locks":
+            locks_dir()  # 0700, this user's
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.handle = os.fdopen(open_lock(self.path), "r+b")
+        except PlantedLock as exc:
+            raise UserError(f"cannot convert a GGUF file: {exc.strerror}; remove it") from None
         try:
             fcntl.flock(self.handle, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
             self.acquired = True

@@ -80,24 +80,35 @@ class Budget:
 
 
 BUDGET_VARIABLE = "MARS_TUNING_BUDGET_S"  # overrides LOOPS_S: 0 never measures unasked; CI may raise it
+MAX_BUDGET_S = 3600.0  # the most a number in it buys; larger ones are clamped, with a note
+UNBOUNDED_WORDS = ("inf", "infinity")  # spelled out: no bound at all, as `mars tune`
 
 
 def process_budget() -> Budget:
-    """This process's budget: LOOPS_S, or $MARS_TUNING_BUDGET_S seconds (a number >= 0; anything
-    else is said once and ignored)."""
+    """This process's budget: LOOPS_S, or $MARS_TUNING_BUDGET_S seconds (a number from 0 to
+    MAX_BUDGET_S, or `inf` spelled out for no bound). Anything else is said once: what is no
+    finite number of seconds >= 0 (nan, -1, abc, and 1e309, which a float reads as infinite: a
+    one-liner spent 79 s tuning on it) leaves LOOPS_S; a larger number is clamped to MAX_BUDGET_S."""
     from .. import notes
 
     value = os.environ.get(BUDGET_VARIABLE)
     if value is None:
         return Budget(LOOPS_S)
+    if value.strip().lower().lstrip("+") in UNBOUNDED_WORDS:
+        return Budget(math.inf)
     try:
         seconds = float(value)
-        if not seconds >= 0:
-            raise ValueError(value)
     except ValueError:
-        notes.note(f"${BUDGET_VARIABLE}={value!r} is not a number of seconds >= 0; measuring within "
-                   f"{LOOPS_S:g} s", once=True)
+        seconds = math.nan
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        overflow = " (a float reads it as infinite; `inf` spelled out lifts the bound)" if seconds == math.inf else ""
+        notes.note(f"${BUDGET_VARIABLE}={value[:40]!r} is not a finite number of seconds >= 0{overflow}; measuring "
+                   f"within {LOOPS_S:g} s", once=True)
         return Budget(LOOPS_S)
+    if seconds > MAX_BUDGET_S:
+        notes.note(f"${BUDGET_VARIABLE}={value[:40]!r} is more than {MAX_BUDGET_S:g} s; measuring within "
+                   f"{MAX_BUDGET_S:g} s (`inf` spelled out lifts the bound)", once=True)
+        return Budget(MAX_BUDGET_S)
     return Budget(seconds)
 
 

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import time
 from pathlib import Path
 from typing import Callable
 
 from .. import notes
-from ..paths import cache_dir, write_atomic
+from ..paths import cache_dir, open_lock, write_atomic
 
-ENTRY_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)  # a malformed entry's fields
+# a malformed entry's fields (OverflowError: a huge integer or Infinity where a number belongs)
+ENTRY_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError, OverflowError)
+MAX_DIGITS = 15  # an integer in an entry (a date, a count, a timing) has fewer digits
 # a recorded time outside these is nonsense: measured again
 MIN_PLAUSIBLE_MS, MAX_PLAUSIBLE_MS = 1e-3, 60_000.0
 LOCK_POLL_S = 0.1
@@ -34,12 +38,32 @@ def read_entry(path: Path, schema: int, key: dict) -> dict | None:
     when absent, unreadable, malformed or stale. The caller checks the fields it reads (any of
     ENTRY_ERRORS raised while it does means the same)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_not_finite, parse_int=_bounded_int,
+                          parse_float=_finite_float)
         if not isinstance(data, dict) or data.get("schema") != schema or data.get("key") != key:
             return None
-    except (OSError, ValueError, TypeError, RecursionError):
+    except (OSError, ValueError, TypeError, RecursionError, OverflowError):
         return None
     return data
+
+
+def _not_finite(name: str) -> float:
+    """NaN and Infinity are no measurement (an entry of `"attempts": Infinity` crashed every command)."""
+    raise ValueError(f"{name} in a tuning entry")
+
+
+def _bounded_int(text: str) -> int:
+    """An integer of at most MAX_DIGITS digits (a 400-digit `measured_at` overflowed every command)."""
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise ValueError("an integer too long for a tuning entry")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:20]} overflows a float")
+    return value
 
 
 def write_entry(path: Path, text: str) -> Path:
@@ -95,10 +119,10 @@ class EntryLock:
         except ImportError:  # pragma: no cover - not on POSIX
             self.acquired = True
             return self
-        try:
+        try:  # never through a link (one planted there made the lock a file at its target)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.handle = open(self.path, "a+b")
-        except OSError:
+            self.handle = os.fdopen(open_lock(self.path), "r+b")
+        except OSError:  # a planted link or FIFO (PlantedLock) too: nothing made there, nothing shared
             self.acquired = True
             return self
         deadline = time.monotonic() + self.wait_s
