@@ -87,7 +87,7 @@ def eval_command(
     from ..evaluation import runner as ev
     from ..evaluation.methods import parse_methods, parse_sweep, parse_tree_sweep
     from ..evaluation.results import Gates, build_results, describe_sessions, determinism, run_signature
-    from ..evaluation.suites import load_suites
+    from ..evaluation.suites import load_suites, suite_names
 
     options.validate()  # --seed too (check_seed)
     require(repeats >= 1, f"--repeats must be at least 1, got {repeats}")
@@ -104,13 +104,15 @@ def eval_command(
     stored = baselines.load(baseline) if baseline is not None else None  # refused before any model loads
     if save_baseline is not None:
         ci.check_destination(save_baseline)
-    # every file written for CI, checked before any model loads (a --junit naming a device, the
-    # baseline or results.json was replaced after the whole run)
-    ci.check_outputs(junit, out_dir, baselines.baseline_file(baseline) if baseline is not None else None,
-                     save_baseline)
     method_list = parse_methods(methods, parse_sweep(sweep) if sweep else [],
                                 parse_tree_sweep(sweep_tree) if sweep_tree else None)
     specs, suites = load_suites(suite, limit, allow_code_execution)
+    # every file the run writes, checked before any model loads (a --junit naming a device, the
+    # baseline, a suite or results.json replaced it after the whole run)
+    ci.check_outputs(junit, out_dir, baselines.baseline_file(baseline) if baseline is not None else None,
+                     save_baseline, inputs=[Path(spec) for spec in specs
+                                            if spec not in suite_names() and not spec.startswith("hf:")
+                                            and Path(spec).is_file()])
     if stored is not None:  # every method and sample of this run in the baseline, before any model loads
         baselines.check_plan(stored, [(s.name, sample.id) for s in suites for sample in s.samples],
                              [m.name for m in method_list], baseline)

@@ -10,7 +10,7 @@ import stat
 import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Collection, Mapping, TextIO
+from typing import Collection, Mapping, Sequence, TextIO
 
 from ..errors import UserError, require
 from ..paths import check_can_create, create_directory, write_atomic
@@ -44,12 +44,7 @@ def check_output_file(flag: str, path: Path, taken: Mapping[str, str] | None = N
     cannot be written, or a path another output or input of the run already names (`taken`:
     real path -> what it is). `append`: the file is appended to (the step summary), not replaced.
     `created`: real paths of folders the run creates itself (--out, --save-baseline: vetted apart)."""
-    try:
-        found = path.stat()
-    except FileNotFoundError:
-        found = None
-    except OSError as exc:
-        raise UserError(f"{flag} {path}: {exc.strerror or exc}") from None
+    found = _stat(path)
     require(found is None or stat.S_ISREG(found.st_mode),
             f"{flag} {path} is {_kind(found.st_mode) if found else ''}, not a regular file: name a file to "
             f"{'append to' if append else 'write'}")
@@ -66,26 +61,47 @@ def check_output_file(flag: str, path: Path, taken: Mapping[str, str] | None = N
 
 
 def check_outputs(junit: Path | None, out_dir: Path | None, baseline_file: Path | None,
-                  save_baseline_dir: Path | None, environ: Mapping[str, str] | None = None) -> None:
-    """Every file a run writes for CI, checked before the first sample (the run is long; a path
-    that cannot be written was a traceback after it, and one file could replace another): --junit
-    and, under GitHub Actions, $GITHUB_STEP_SUMMARY must each be a regular file or nothing, in a
-    folder that can be written, and none of --out's files, the --baseline being read,
-    --save-baseline's results.json or each other."""
-    taken: dict[str, str] = {}
-    created = {os.path.realpath(folder) for folder in (out_dir, save_baseline_dir) if folder is not None}
-    if out_dir is not None:
-        taken.update({os.path.realpath(out_dir / name): f"--out's {name}" for name in OUT_FILES})
+                  save_baseline_dir: Path | None, environ: Mapping[str, str] | None = None,
+                  inputs: Sequence[Path] = ()) -> None:
+    """Every file a run writes, checked before the first sample (the run is long; a path that
+    cannot be written was a traceback after it, and one file could replace another): --junit and,
+    under GitHub Actions, $GITHUB_STEP_SUMMARY must each be a regular file or nothing, in a folder
+    that can be written, and none of --out's files, the --baseline being read, --save-baseline's
+    results.json, an input (`inputs`: the suite files) or each other; --out's and --save-baseline's
+    own files must be regular files or nothing, and none of them the baseline or an input."""
+    reads = {os.path.realpath(path): f"the suite file {path}" for path in inputs}
     if baseline_file is not None:
-        taken[os.path.realpath(baseline_file)] = "the --baseline being read"
+        reads[os.path.realpath(baseline_file)] = "the --baseline being read"
+    owned = {}  # what --out and --save-baseline write, each checked here
+    if out_dir is not None:
+        owned.update({out_dir / name: (f"--out {out_dir}:", f"--out's {name}") for name in OUT_FILES})
     if save_baseline_dir is not None:
-        taken[os.path.realpath(save_baseline_dir / "results.json")] = "--save-baseline's results.json"
+        owned[save_baseline_dir / "results.json"] = (f"--save-baseline {save_baseline_dir}:",
+                                                     "--save-baseline's results.json")
+    created = {os.path.realpath(folder) for folder in (out_dir, save_baseline_dir) if folder is not None}
+    for path, (flag, _) in owned.items():
+        found = _stat(path)
+        require(found is None or stat.S_ISREG(found.st_mode),
+                f"{flag} {path.name} there is {_kind(found.st_mode) if found else ''}, not a regular file: remove it "
+                "or name another folder")
+        what = reads.get(os.path.realpath(path))
+        require(what is None, f"{flag} its {path.name} would replace {what}: name another folder")
+    taken = {**reads, **{os.path.realpath(path): what for path, (_, what) in owned.items()}}
     if junit is not None:
         check_output_file("--junit", junit, taken, created=created)
         taken[os.path.realpath(junit)] = "--junit's file"
     summary = github_summary(environ)
     if summary is not None:
         check_output_file(f"${SUMMARY_VARIABLE}", summary, taken, append=True, created=created)
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror or exc}") from None
 
 
 def github_summary(environ: Mapping[str, str] | None = None) -> Path | None:

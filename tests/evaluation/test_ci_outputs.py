@@ -88,6 +88,28 @@ def test_the_baseline_being_read_is_not_replaced_by_junit(capsys, tmp_path, tiny
     assert stored.read_bytes() == before
 
 
+def test_no_output_replaces_a_suite_or_the_baseline_or_is_a_directory(capsys, tmp_path, tiny_dir, no_model):
+    """A directory where results.json belongs was a traceback after the run; --junit naming the
+    suite file replaced it; an --out holding the baseline replaced the baseline with this run."""
+    from tests.evaluation.test_baseline_schema import valid_document
+
+    suite = suite_file(tmp_path / "s.jsonl")
+    base = [*RUN, "--suite", str(suite), "--target", str(tiny_dir)]
+    refused(capsys, [*base, "--junit", str(suite)], f"--junit {suite} is the suite file {suite}")
+    out = tmp_path / "run"
+    (out / "results.json").mkdir(parents=True)
+    refused(capsys, [*base, "--out", str(out)], "results.json there is a directory, not a regular file")
+    saved = tmp_path / "saved"
+    (saved / "results.json").mkdir(parents=True)
+    refused(capsys, [*base, "--save-baseline", str(saved)], "results.json there is a directory")
+    stored = tmp_path / "old-run"
+    stored.mkdir()
+    (stored / "results.json").write_text(json.dumps(valid_document()))
+    refused(capsys, [*base, "--out", str(stored), "--baseline", str(stored)],
+            "its results.json would replace the --baseline being read")
+    assert json.loads((stored / "results.json").read_text()) == valid_document()
+
+
 @pytest.mark.parametrize("kind, expected", [
     ("fifo", "is a FIFO, not a regular file"),
     ("directory", "is a directory, not a regular file"),
