@@ -39,7 +39,7 @@ def mars(python_path: Path, cache: Path, args: list[str]) -> dict:
     """One `mars generate` call in a fresh process: its wall time, JSON output and stderr. It runs
     in the cache's folder: run from the checkout, the checkout's own mars_cli would shadow
     PYTHONPATH's (an older revision's)."""
-    env = {**os.environ, "MARS_CACHE": str(cache), "PYTHONPATH": str(python_path)}
+    env = {**os.environ, "MARS_CACHE": str(cache), "PYTHONPATH": str(python_path), "MARS_SERVER": "off"}  # each call its own process
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", "from mars_cli.cli import main; main()", "generate", PROMPT,
                            "--max-new-tokens", "8", "--json", *args], env=env, capture_output=True, text=True,

@@ -3,6 +3,10 @@ test-llamacpp`) on the embedded SmolLM2-135M GGUF. The engine loads once per ses
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("MARS_SERVER", "off")  # tests decode in their own process: no warm server
+
 import pytest
 
 TARGET = "smollm2-135m"

@@ -48,3 +48,24 @@ def test_tune_measures_the_engines_own_choices(capsys):
     rows = json.loads(captured.out)["choices"]
     assert [row["what"] for row in rows] == ["thread count (llama.cpp)", "cost curve (x width 1)"]
     assert all(Path(row["entry"]).is_file() for row in rows)
+
+
+def test_a_one_liner_on_llama_cpp_runs_no_transformers_model_code(tmp_path):
+    """In a process of its own, with the converted entry's fingerprint remembered (a first call):
+    the engine's one-liner loads llama.cpp and the tokenizer, never a transformers model class."""
+    import os
+    import subprocess
+    import sys
+
+    report = ("import atexit, json, sys\n"
+              "atexit.register(lambda: sys.stderr.write('MODULES ' + json.dumps(sorted(sys.modules)) + '\\n'))\n"
+              "from mars_cli.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    env = dict(os.environ, MARS_SERVER="off")
+    command = [sys.executable, "-c", report, "generate", "Hi", "--engine", "llama.cpp", "-n", "4", "--draft", "none"]
+    for _ in range(2):  # the first may convert the GGUF and read the fingerprint; the second is the one-liner
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    modules = json.loads(next(line for line in done.stderr.splitlines() if line.startswith("MODULES "))[8:])
+    assert "llama_cpp" in modules
+    assert not [m for m in modules if m.startswith("transformers.models.") and ".modeling_" in m]
+    assert "transformers.modeling_utils" not in modules

@@ -3,6 +3,10 @@ in .venv-vllm (`make test-vllm`); each engine starts once per module (about 25 s
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("MARS_SERVER", "off")  # tests decode in their own process: no warm server
+
 import pytest
 
 from mars_cli.evaluation.suites import load_suite

@@ -14,7 +14,7 @@ for rev in checkout ${1:-}; do
   cache=$out/cache-$rev; mkdir -p "$cache"; ln -s "$models" "$cache/models"
   for call in cold warm1 warm2 warm3 warm4 warm5; do
     start=$(date +%s.%N)
-    MARS_CACHE=$cache PYTHONPATH=$src "$repo/.venv/bin/python" -c "from mars_cli.cli import main; main()" \
+    MARS_SERVER=off MARS_CACHE=$cache PYTHONPATH=$src "$repo/.venv/bin/python" -c "from mars_cli.cli import main; main()" \
       generate Hi --max-new-tokens 8 --json > "$out/$rev-$call.json" 2> "$out/$rev-$call.err"
     echo "$rev $call wall $(echo "$(date +%s.%N) - $start" | bc) s, load $(cut -d' ' -f1 /proc/loadavg)"
   done
