@@ -53,7 +53,8 @@ def check_output_file(flag: str, path: Path, taken: Mapping[str, str] | None = N
     folder = path.parent
     if not folder.exists() and os.path.realpath(folder) in created:
         return  # inside --out or --save-baseline, made by the run (their own checks vet the parent)
-    require(folder.is_dir(), f"{flag} {path}: {folder} does not exist (create it first)")
+    require(folder.is_dir(), f"{flag} {path}: {folder} " + ("is not a directory" if folder.exists()
+                                                           else "does not exist (create it first)"))
     if append and found is not None:
         require(os.access(path, os.W_OK), f"{flag} {path}: cannot write to it")
     else:
@@ -80,10 +81,10 @@ def check_outputs(junit: Path | None, out_dir: Path | None, baseline_file: Path 
                                                      "--save-baseline's results.json")
     created = {os.path.realpath(folder) for folder in (out_dir, save_baseline_dir) if folder is not None}
     for path, (flag, _) in owned.items():
-        found = _stat(path)
+        found = None if path.name == "samples.jsonl" else _stat(path)  # the sample log: prepare_out_dir's
         require(found is None or stat.S_ISREG(found.st_mode),
-                f"{flag} {path.name} there is {_kind(found.st_mode) if found else ''}, not a regular file: remove it "
-                "or name another folder")
+                f"{flag} {path.name} there is not a regular file ({_kind(found.st_mode) if found else ''}): remove "
+                "it or name another folder")
         what = reads.get(os.path.realpath(path))
         require(what is None, f"{flag} its {path.name} would replace {what}: name another folder")
     taken = {**reads, **{os.path.realpath(path): what for path, (_, what) in owned.items()}}
@@ -98,7 +99,7 @@ def check_outputs(junit: Path | None, out_dir: Path | None, baseline_file: Path 
 def _stat(path: Path) -> os.stat_result | None:
     try:
         return path.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a missing folder: its own check says so
         return None
     except OSError as exc:
         raise UserError(f"{path}: {exc.strerror or exc}") from None

@@ -98,10 +98,10 @@ def test_no_output_replaces_a_suite_or_the_baseline_or_is_a_directory(capsys, tm
     refused(capsys, [*base, "--junit", str(suite)], f"--junit {suite} is the suite file {suite}")
     out = tmp_path / "run"
     (out / "results.json").mkdir(parents=True)
-    refused(capsys, [*base, "--out", str(out)], "results.json there is a directory, not a regular file")
+    refused(capsys, [*base, "--out", str(out)], "results.json there is not a regular file (a directory)")
     saved = tmp_path / "saved"
     (saved / "results.json").mkdir(parents=True)
-    refused(capsys, [*base, "--save-baseline", str(saved)], "results.json there is a directory")
+    refused(capsys, [*base, "--save-baseline", str(saved)], "results.json there is not a regular file")
     stored = tmp_path / "old-run"
     stored.mkdir()
     (stored / "results.json").write_text(json.dumps(valid_document()))
