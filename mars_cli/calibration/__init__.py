@@ -17,8 +17,7 @@ a session that reads only profiles.py imports none of the calibrating code.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import exports
 
 _HOME_OF = {
     "DEFAULT_OBJECTIVE": "objectives",
@@ -33,12 +32,4 @@ _HOME_OF = {
 }
 
 __all__ = sorted(_HOME_OF)
-
-
-def __getattr__(name: str) -> Any:
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = exports(__name__, _HOME_OF, globals())

@@ -14,9 +14,7 @@ does not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from ..lazy import exports
 from .embedded import DEFAULT_TARGET, EMBEDDED, EmbeddedModel
 
 _HOMES = {
@@ -31,15 +29,4 @@ _HOMES = {
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = ["DEFAULT_TARGET", "EMBEDDED", "EmbeddedModel", *_HOME_OF]
-
-
-def __getattr__(name: str) -> Any:
-    """The re-exported name from its module, imported now (PEP 562)."""
-    if name in _HOMES or name == "identity":  # a submodule, imported on first use
-        return importlib.import_module(f"{__name__}.{name}")
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = exports(__name__, {**_HOME_OF, "identity": "identity"}, globals())
