@@ -9,7 +9,8 @@ the model's load in the process), warm (MARS_SERVER=on: a warm server started be
 decodes it), both on the transformers engine, with the default drafter and with `--draft none`,
 and on `--engine llama.cpp` where .venv-llamacpp is set up; `mars generate --help`; and
 llama-cpp-python's import, `Llama(path)` and an 8-token chat completion (the reference the issue
-names). Printed: wall seconds (min / median) per method, and each mars method's own phases
+names). Edit no file of the package while it runs: a warm server of other code is not used (it
+makes way, and the "warm" rows would time cold starts). Printed: wall seconds (min / median) per method, and each mars method's own phases
 (import, load, tuning, prefill, decoding from `--json`'s `stats.startup_s`), min / median.
 """
 
@@ -114,7 +115,7 @@ def main() -> int:
     from mars_cli.models.embedded import EMBEDDED
 
     gguf = str(EMBEDDED["smollm2-135m"].locate_gguf())
-    llama = LLAMA_VENV.is_file()
+    llama = (REPO / ".venv-llamacpp" / ".installed").is_file()  # `make setup-llamacpp` finished
     chosen = methods(sys.executable, gguf, llama)
     warm_up(chosen, args.timeout)
     rows: dict[str, list[dict]] = {name: [] for name in chosen}
