@@ -100,6 +100,8 @@ def summarise(rows: list[dict]) -> dict:
         result["phases"] = {name: {"min": min(values), "median": statistics.median(values)}
                             for name in phases[0]
                             if (values := [p[name] for p in phases if p.get(name) is not None])}
+    if any("server" in row for row in rows):  # how many the warm server answered (a stale one makes way)
+        result["served_by_warm_server"] = sum(bool(row.get("server")) for row in rows)
     errors = [row["error"] for row in rows if "error" in row]
     if errors:
         result["errors"] = errors[:3]
@@ -132,7 +134,9 @@ def main() -> int:
         ratio = f"{median / reference:.2f}" if reference and median else "-"
         phases = ", ".join(f"{k} {v['median']:.2f}" for k, v in result.get("phases", {}).items())
         wall = f"{result.get('wall_min', float('nan')):9.2f} {median if median else float('nan'):9.2f}"
-        print(f"{name:32} {wall} {ratio:>19}  {phases}{'  FAILED: ' + str(result['errors']) if 'errors' in result else ''}")
+        served = f"  [warm server: {result['served_by_warm_server']}/{result['runs']}]" if name.endswith("warm") else ""
+        failed = f"  FAILED: {result['errors']}" if "errors" in result else ""
+        print(f"{name:32} {wall} {ratio:>19}  {phases}{served}{failed}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"cpu": cpu_name(), "cores": os.cpu_count(), "repeats": args.repeats,
