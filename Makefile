@@ -19,11 +19,15 @@ $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 demo: setup
 	$(BIN)/mars generate "$(PROMPT)" --max-new-tokens 64 --stats
 
+# A pytest-xdist worker per core (torch threads shared out, tests/conftest.py); loadgroup keeps the
+# embedded model's tests on one worker, which loads it once.
+PYTEST_PARALLEL := -n auto --dist loadgroup
+
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not embedded"
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not embedded"
 
 bench: setup
 	$(BIN)/python benchmarks/bench_decoding.py --out benchmarks/results/decoding.json

@@ -13,7 +13,10 @@ import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MARS_SERVER", "off")  # tests decode in their own process: no warm server (warm/)
-torch.set_num_threads(2)
+# Two torch threads each; under pytest-xdist (`make test` runs a worker per core) the cores are
+# shared out instead: two workers of two threads on two cores spend their time synchronising.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(2 if _WORKERS == 1 else max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
 
 # CI explores the same examples every run (a failure there is reproducible); locally hypothesis
 # keeps exploring new ones.
@@ -175,6 +178,15 @@ def full_auto_int8_head(monkeypatch):
 
     monkeypatch.setattr(int8, "choose", lambda head, target, *, fresh=False, budget=None: int8.Int8Choice(
         False, provenance=Provenance(provisional="a test")))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist with `--dist loadgroup` (`make test`), the tests that load the embedded
+    model run on one worker: it loads SmolLM2-135M once for all of them, not once a worker."""
+    for item in items:
+        if item.get_closest_marker("embedded") is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group("embedded"))
 
 
 @pytest.fixture(scope="session")
