@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -68,9 +69,15 @@ class LlamaEngine:
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.vocab_size = lib.llama_vocab_n_tokens(self.vocab)
         self.trained_context = lib.llama_model_n_ctx_train(self.model)
-        self.settings = settings
         params = lib.llama_context_default_params()
         params.n_ctx = min(settings.context, self.trained_context) if self.trained_context > 0 else settings.context
+        # A batch and a sequence count no larger than the context: 512 tokens and 65 sequences on a
+        # file trained on 64 positions aborted the process in llama.cpp's n_outputs_max assertion.
+        # The loop never feeds more rows, nor a tree with more leaves, than the window has room for;
+        # prefills chunk by settings.batch.
+        settings = dataclasses.replace(settings, batch=max(1, min(settings.batch, params.n_ctx)),
+                                       sequences=max(1, min(settings.sequences, params.n_ctx)))
+        self.settings = settings
         params.n_batch = params.n_ubatch = settings.batch
         params.n_seq_max = settings.sequences
         params.kv_unified = True  # one cell, several sequences: a tree's shared prefix

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..notes import note
 from ..paths import cache_dir
 from . import identity
@@ -44,7 +44,9 @@ def gguf_cache_entry(gguf_path: Path) -> Path:
     """Return a valid converted directory for `gguf_path`, converting (or rebuilding) if needed.
 
     Conversions of one file are serialised by a lock file beside the entry: a second process
-    started at the same time waits, then uses the entry the first one wrote."""
+    started at the same time waits, then uses the entry the first one wrote. The file's first bytes
+    are checked before it is hashed (hashing a large foreign file named .gguf took seconds)."""
+    _check_magic(gguf_path)
     digest = file_sha256(gguf_path)
     entry = cache_dir() / "models" / f"gguf-{digest[:32]}"
     if cache_entry_is_valid(entry):
@@ -125,7 +127,12 @@ def _convert_gguf(gguf_path: Path, digest: str, entry: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=entry.name + ".tmp-", dir=entry.parent))
     try:
         note(f"converting {gguf_path.name} once (later loads use the cache)")
-        _dequantise(gguf_path, staging)
+        try:
+            _dequantise(gguf_path, staging)
+        except (UserError, KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as exc:  # transformers' conversion: ValueError, KeyError, TypeError...
+            raise UserError(f"cannot convert GGUF file {str(gguf_path)!r}: {first_line(exc)}") from None
         meta = {"format": CACHE_FORMAT, "source_gguf": str(gguf_path), "gguf_sha256": digest}
         meta["files"] = _manifest(staging)
         (staging / "manifest.json").write_text(json.dumps(meta, indent=1))
@@ -146,7 +153,13 @@ def _dequantise(gguf_path: Path, staging: Path) -> None:
 
     with _quiet_loading():
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        model, info = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
+                                                           output_loading_info=True)
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:  # initialised at random, not read: a wrong model that loads silently (its warning is quietened)
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise UserError(f"cannot load model {str(gguf_path)!r}: the file lacks weights its architecture needs "
+                        f"({missing[0]}{more})")
     # The weights are already dequantised; drop the GGUF quantizer marker so they can be saved.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -156,12 +169,111 @@ def _dequantise(gguf_path: Path, staging: Path) -> None:
         tokenizer.save_pretrained(staging)
 
 
+GGUF_MAGIC = b"GGUF"
+
+
+def _check_magic(path: Path) -> None:
+    """The first bytes of a GGUF file (magic and a version this reader knows), read before anything
+    reads the whole file."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+    except OSError as exc:
+        raise UserError(f"cannot load model {str(path)!r}: {exc.strerror or exc}") from None
+    if len(head) < 8 or head[:4] != GGUF_MAGIC:
+        raise UserError(f"cannot load model {str(path)!r}: not a valid GGUF file (it does not start with 'GGUF')")
+    version = int.from_bytes(head[4:], "little")
+    if version not in (2, 3):
+        raise UserError(f"cannot load model {str(path)!r}: not a valid GGUF file (version {version}; 2 and 3 are read)")
+
+
+# Sizes no real model reaches, refused before anything is built from them (a file claiming a million
+# layers built a million-layer model): layers, heads, embedding width, context, vocabulary.
+LIMITS = {"block_count": 4096, "attention.head_count": 4096, "attention.head_count_kv": 4096,
+          "embedding_length": 1 << 18, "feed_forward_length": 1 << 20, "context_length": 1 << 24,
+          "vocab_size": 1 << 24}
+MIN_CONTEXT = 16  # positions: fewer cannot hold a chat template's turn and an answer
+
+
 def _check_gguf(path: Path) -> None:
-    """Parse the header and tensor table before the (slow) conversion: an empty, truncated or
-    foreign file fails here with one clear line."""
+    """Parse the header and tensor table before the (slow) conversion, and check the metadata's
+    numbers against each other and the file: an empty, truncated or foreign file, a missing or
+    unsupported architecture, absurd sizes or tensors past the file's end fail here with one line."""
     from gguf import GGUFReader
 
+    def refuse(why: str) -> UserError:
+        return UserError(f"cannot load model {str(path)!r}: {why}")
+
     try:
-        GGUFReader(path)
+        reader = GGUFReader(path)
     except Exception as exc:  # the reader raises ValueError, struct errors, IndexError...
-        raise UserError(f"cannot load model {str(path)!r}: not a valid GGUF file ({exc})") from None
+        raise refuse(f"not a valid GGUF file ({first_line(exc)})") from None
+    try:
+        return _check_metadata(reader, path.stat().st_size)
+    except UserError as exc:
+        raise refuse(str(exc)) from None
+
+
+def _field(reader, key: str):
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    try:
+        return field.contents()
+    except Exception:  # a field whose value the reader cannot decode
+        raise UserError(f"its metadata field {key!r} is malformed") from None
+
+
+def _check_metadata(reader, file_size: int) -> None:
+    architecture = _field(reader, "general.architecture")
+    if architecture is None:
+        raise UserError("no general.architecture in its metadata (a GGUF model names its architecture)")
+    if not isinstance(architecture, str) or not architecture.isprintable() or not 0 < len(architecture) <= 64:
+        raise UserError("its general.architecture is not an architecture name")
+    try:
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    except ImportError:  # pragma: no cover - another transformers layout: its conversion decides
+        GGUF_SUPPORTED_ARCHITECTURES = None
+    special = ("t5", "qwen2moe", "qwen3moe", "gpt-oss", "gpt_oss", "minimax-m2")
+    if GGUF_SUPPORTED_ARCHITECTURES is not None and architecture not in GGUF_SUPPORTED_ARCHITECTURES \
+            and not any(name in architecture for name in special):
+        raise UserError(f"architecture {architecture!r} is not one mars can convert "
+                        f"(supported: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES)[:12])}, ...)")
+    sizes: dict[str, int] = {}
+    for name, limit in LIMITS.items():
+        value = _field(reader, f"{architecture}.{name}")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise UserError(f"its {architecture}.{name} is {value!r}, not a size a model has (1 to {limit})")
+        sizes[name] = value
+    if "block_count" not in sizes:
+        raise UserError(f"no {architecture}.block_count in its metadata")
+    heads, kv_heads = sizes.get("attention.head_count"), sizes.get("attention.head_count_kv")
+    if heads is not None and kv_heads is not None and heads % kv_heads:
+        raise UserError(f"{heads} attention heads cannot share {kv_heads} key-value heads")
+    if sizes.get("context_length", MIN_CONTEXT) < MIN_CONTEXT:
+        raise UserError(f"its context is {sizes['context_length']} positions: fewer than the {MIN_CONTEXT} "
+                        "a prompt and an answer need")
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    if tokens is not None and not 1 <= len(tokens.data) <= LIMITS["vocab_size"]:
+        raise UserError(f"its vocabulary has {len(tokens.data)} tokens")
+    layers, total = set(), 0
+    names = set()
+    for tensor in reader.tensors:
+        end = int(tensor.data_offset) + int(tensor.n_bytes)
+        total += int(tensor.n_bytes)
+        if end > file_size or total > file_size:
+            raise UserError(f"tensor {tensor.name!r} lies past the end of the file ({end} > {file_size} bytes)")
+        names.add(tensor.name)
+        if tensor.name.startswith("blk."):
+            index = tensor.name.split(".")[1]
+            if not index.isdigit() or int(index) >= sizes["block_count"]:
+                raise UserError(f"tensor {tensor.name!r} names a layer the model does not have "
+                                f"({architecture}.block_count is {sizes['block_count']})")
+            layers.add(int(index))
+    if len(layers) != sizes["block_count"]:
+        raise UserError(f"its {architecture}.block_count is {sizes['block_count']} but it holds weights for "
+                        f"{len(layers)} layers")
+    if "token_embd.weight" not in names:
+        raise UserError("the file lacks token_embd.weight, the token embeddings every model needs")

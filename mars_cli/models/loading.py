@@ -27,7 +27,10 @@ def resolve_spec(spec: str) -> tuple[Path | str, str | None]:
         return gguf, gguf.name
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
-        require(path.is_file(), f"model file not found: {spec}")
+        require(path.exists() or path.is_symlink(), f"model file not found: {spec}")
+        require(not path.is_dir(), f"{spec} is a directory, not a GGUF file")
+        require(path.is_file(), f"{spec} is not a regular file (a FIFO, socket, device or dangling link): "
+                                "name a GGUF file")
         require(os.access(path, os.R_OK), f"model file is not readable: {spec}")
         return path, path.name
     if path.exists():
