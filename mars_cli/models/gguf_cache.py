@@ -45,8 +45,9 @@ def gguf_cache_entry(gguf_path: Path) -> Path:
 
     Conversions of one file are serialised by a lock file beside the entry: a second process
     started at the same time waits, then uses the entry the first one wrote. The file's first bytes
-    are checked before it is hashed (hashing a large foreign file named .gguf took seconds)."""
-    _check_magic(gguf_path)
+    are checked before it is hashed (hashing a large foreign file named .gguf took seconds), and its
+    metadata once per file identity (a warm start stats the file)."""
+    _check_gguf(gguf_path)
     digest = file_sha256(gguf_path)
     entry = cache_dir() / "models" / f"gguf-{digest[:32]}"
     if cache_entry_is_valid(entry):
@@ -196,6 +197,12 @@ MIN_CONTEXT = 16  # positions: fewer cannot hold a chat template's turn and an a
 
 
 def _check_gguf(path: Path) -> None:
+    """The first bytes, then the metadata (remembered by file identity: a warm start stats the file)."""
+    _check_magic(path)
+    identity.remembered("gguf-check", [path], lambda: _validate_gguf(path) or "valid")
+
+
+def _validate_gguf(path: Path) -> None:
     """Parse the header and tensor table before the (slow) conversion, and check the metadata's
     numbers against each other and the file: an empty, truncated or foreign file, a missing or
     unsupported architecture, absurd sizes or tensors past the file's end fail here with one line."""
