@@ -41,6 +41,9 @@ MAX_PLAUSIBLE_WIDTH = 4096
 # a narrower width's is noise or a forged entry (a curve falling to width 65 had the default pick a
 # 4 x 64 tree that ran 2.3x slower)
 MIN_FALL_RATIO = 0.75
+# ... and by more than this: a tiny model's forwards (a millisecond or two) jitter by more than a
+# quarter without a real curve falling; a real model's that fall do so by tens of milliseconds
+MIN_FALL_MS = 2.0
 DEFAULT_PLAIN_MS = 50.0  # a stand-in curve's plain forward where nothing was timed (about this project's CPUs')
 
 
@@ -282,11 +285,11 @@ def plausible(ms_by_width: dict[int, float]) -> dict[int, float]:
 
 
 def falls(ms_by_width: dict[int, float]) -> int | None:
-    """The first width whose cost is under MIN_FALL_RATIO of a narrower width's (a curve no real
-    forward gives), or None."""
+    """The first width whose cost is under MIN_FALL_RATIO of a narrower width's, and by more than
+    MIN_FALL_MS (a curve no real forward gives), or None."""
     highest = 0.0
     for width in sorted(ms_by_width):
-        if ms_by_width[width] < MIN_FALL_RATIO * highest:
+        if ms_by_width[width] < MIN_FALL_RATIO * highest and highest - ms_by_width[width] > MIN_FALL_MS:
             return width
         highest = max(highest, ms_by_width[width])
     return None

@@ -133,6 +133,9 @@ def measure(target, key: dict, deadline: float | None = None) -> PackingChoice:
     """Time blocks of STEPS forwards at each of WIDTHS after curve.CONTEXT_TOKENS cached tokens,
     dense and packed interleaved (REPEATS each, and REPEATS more when the first say a close call),
     stopping by `deadline`; packed wins at PREFERENCE of dense or less."""
+    why = problem(target.model)
+    if why is not None:  # refused packed forwards would time dense twice, and noise could pick "packed"
+        return PackingChoice(False, problem=why, key=key)
     generator = torch.Generator().manual_seed(0)
     context = torch.randint(0, target.vocab_size, (1, curve.CONTEXT_TOKENS), generator=generator)
     feeds = [torch.randint(0, target.vocab_size, (1, width), generator=generator) for width in WIDTHS]

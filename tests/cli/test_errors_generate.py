@@ -55,7 +55,7 @@ def test_closed_output_pipe_exits_quietly_with_141(tiny_dir):
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader has already gone: the first write fails, deterministically
     done = subprocess.run([str(script), "generate", "hello there", "--target", str(tiny_dir), "--raw", "-n", "20",
-                           *MODEL, "--dtype", "float32", "--packed-weights", "off"],  # auto would measure, and say so
+                           *MODEL, "--dtype", "float32", "--packed-weights", "off", "--draft", "none"],  # nothing to measure
                           stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
     os.close(write_end)
     assert done.returncode == 141, done.stderr

@@ -25,6 +25,15 @@ from mars_cli.tuning.choice import obtain, read
 
 from .test_cost_first_use import FakeClock, FakeScorer
 
+
+SHIPPED_MIN_FALL_MS = tuning_curve.MIN_FALL_MS  # read at import, before any fixture patches it
+
+
+@pytest.fixture(autouse=True)
+def falls_rule(monkeypatch):
+    """The falling-curve rule at its shipped threshold (tests/conftest.py lifts it for the rest)."""
+    monkeypatch.setattr(tuning_curve, "MIN_FALL_MS", SHIPPED_MIN_FALL_MS)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
