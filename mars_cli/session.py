@@ -336,6 +336,7 @@ class Session:
             name: None if entry is None else {"value": entry[0], "cached": entry[1].cached,
                                               "provisional": entry[1].provisional}
             for name, entry in entries.items()}
+        report["packed_weights"]["problem"] = self.packing.problem  # why packing does not apply: nothing measured
         chosen = self.threads_choice
         if chosen is not None:
             report["llamacpp_threads"] = {"value": chosen.threads, "cached": chosen.provenance.cached,

@@ -64,7 +64,9 @@ def test_tune_measures_every_choice_and_later_runs_measure_nothing(capsys, tiny_
     assert code == 0 and measured == []  # every choice read from the cache
     payload = json.loads(out)
     assert payload["tuning"]["dtype"]["cached"] and payload["tuning"]["dtype"]["provisional"] is None
-    assert payload["tuning"]["packed_weights"]["cached"]
+    packed_weights = payload["tuning"]["packed_weights"]
+    # packing is either read from the cache or does not apply to this session's dtype (AVX2's bfloat16)
+    assert packed_weights["cached"] != (packed_weights["problem"] is not None)
     assert payload["config"]["dtype"] == payload["tuning"]["dtype"]["value"]
 
 
