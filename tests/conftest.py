@@ -12,7 +12,10 @@ import pytest
 import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("MARS_SERVER", "off")  # tests decode in their own process: no warm server (warm/)
+os.environ.setdefault("MARS_SERVER", "off")
+# the q4 kernel (decoding/kernels) is built once, where `make setup` put it, not in each test's cache
+os.environ.setdefault("MARS_KERNELS", str(Path(os.environ.get("MARS_CACHE") or Path(
+    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mars-cli") / "kernels"))  # tests decode in their own process: no warm server (warm/)
 # Two torch threads each; under pytest-xdist (`make test` runs a worker per core) the cores are
 # shared out instead: two workers of two threads on two cores spend their time synchronising.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))

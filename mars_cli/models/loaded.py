@@ -28,6 +28,12 @@ class LoadedModel:
     dtype_choice: Any = None  # `--dtype auto`'s measurement (tuning/dtype.py), attached by the tuning layer
     directory: Path | None = None  # the local directory its weights were read from (its fingerprint is remembered)
     converted_copies: Path | None = None  # a GGUF cache entry's folder of its weights in other dtypes
+    linears: str = "dense"  # "q4": its linears run on their codes (decoding/quantized.py), the weights stay float32
+
+    @property
+    def precision(self) -> str:
+        """What `--dtype` its forwards run at: a dtype's name, or q4."""
+        return self.linears if self.linears != "dense" else str(self.dtype).replace("torch.", "")
 
     @property
     def eos_token_ids(self) -> set[int]:

@@ -48,11 +48,15 @@ DEFAULT_PLAIN_MS = 50.0  # a stand-in curve's plain forward where nothing was ti
 
 
 def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, compiled: bool,
-              context: int = CONTEXT_TOKENS, packed: bool = False) -> dict:
+              context: int = CONTEXT_TOKENS, packed: bool = False, linears: str = "dense") -> dict:
     """Everything the cost depends on that can change between runs on one machine (`packed`: the
-    linears run on prepacked weights, decoding/packing.py)."""
-    return {**machine.machine_key(model_fingerprint, device), "dtype": str(dtype).replace("torch.", ""),
-            "compiled": compiled, "context": context, "packed": packed}
+    linears run on prepacked weights, decoding/packing.py; `linears`: q4, on their codes,
+    decoding/quantized.py)."""
+    key = {**machine.machine_key(model_fingerprint, device), "dtype": str(dtype).replace("torch.", ""),
+           "compiled": compiled, "context": context, "packed": packed}
+    if linears != "dense":  # (dense keys stay as they were: their cached curves stay valid)
+        key["linears"] = linears
+    return key
 
 
 def plain_step_ms(target) -> float | None:
@@ -68,7 +72,7 @@ def scorer_key(scorer: "TargetScorer") -> dict:
     if engine_key is not None:
         return {**curve_key(target.fingerprint, target.device, target.dtype, False, CONTEXT_TOKENS), **engine_key()}
     return curve_key(target.fingerprint, target.device, target.dtype, scorer.compiled, CONTEXT_TOKENS,
-                     installed(target.model))
+                     installed(target.model), getattr(target, "linears", "dense"))
 
 
 SCOPE = "model, device, dtype and compile mode"  # what one curve is measured for (in its notes)

@@ -84,6 +84,11 @@ def settle(target, mode: str, compiled: bool, timed_packed: bool = False) -> Pac
     if mode == "off":
         remove(target.model)
         return PackingChoice(False, problem="--packed-weights off")
+    linears = getattr(target, "linears", "dense")
+    if linears != "dense":
+        if mode == "on":
+            raise UserError(f"--packed-weights on: --dtype {linears} runs the linears on their codes")
+        return PackingChoice(False, problem=f"--dtype {linears} runs the linears on their codes")
     why = "a compiled forward is left to torch.compile" if compiled else problem(target.model)
     if why is not None:
         if mode == "on":

@@ -1,0 +1,128 @@
+// mars::quantized_linear: y = x @ W^T where W's rows are groups of 32 weights `offset + scale * q`
+// with 4-bit or 8-bit codes q, read from the codes themselves (a quarter or half of float32's
+// bytes) and multiplied in float32. Torch's own int4 and int8 CPU kernels are vectorised for
+// AVX-512 only; on AVX2 they ran 10-17x slower than float32 F.linear (docs/benchmarks.md), so this
+// is the AVX2 + FMA kernel `--dtype q4` uses where it builds (decoding/kernels/build.py).
+//
+// Layout (decoding/quantized.py packs it): codes [N, K/2] bytes for 4 bits, byte j of a group
+// holding code j in its low nibble and code j + 16 in its high one (GGUF's Q4 layout); [N, K]
+// bytes for 8 bits. scale, offset: float32 [N, K/32]. x: float32 [M, K]. y: float32 [M, N].
+//
+// Per output n and group g: sum_j (offset + scale q_j) x_j = scale (sum_j q_j x_j) + offset (sum_j x_j),
+// the group sums of x taken once per call.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kGroup = 32;
+constexpr int64_t kRowsPerPass = 4;  // rows of x that share one group's converted codes
+
+inline float horizontal_sum(__m256 v) {
+  __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+  sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+  return _mm_cvtss_f32(sum);
+}
+
+// One group's 32 codes as four vectors of eight floats, in weight order.
+template <int Bits>
+inline void group_codes(const uint8_t* bytes, __m256 codes[4]) {
+  if constexpr (Bits == 4) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i low = _mm_and_si128(packed, mask);
+    const __m128i high = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
+    codes[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(low));
+    codes[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(low, 8)));
+    codes[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(high));
+    codes[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(high, 8)));
+  } else {
+    for (int i = 0; i < 4; ++i) {
+      const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + 8 * i));
+      codes[i] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(eight));
+    }
+  }
+}
+
+template <int Bits>
+void outputs(const float* x, const float* x_sums, const uint8_t* codes, const float* scale, const float* offset,
+             float* y, int64_t M, int64_t N, int64_t K, int64_t begin, int64_t end) {
+  const int64_t groups = K / kGroup;
+  const int64_t bytes_per_group = kGroup * Bits / 8;
+  for (int64_t n = begin; n < end; ++n) {
+    const uint8_t* row_codes = codes + n * groups * bytes_per_group;
+    const float* row_scale = scale + n * groups;
+    const float* row_offset = offset + n * groups;
+    for (int64_t first = 0; first < M; first += kRowsPerPass) {
+      const int64_t rows = std::min(kRowsPerPass, M - first);
+      __m256 acc[kRowsPerPass];
+      float offsets[kRowsPerPass] = {0.f, 0.f, 0.f, 0.f};
+      for (int64_t r = 0; r < kRowsPerPass; ++r) acc[r] = _mm256_setzero_ps();
+      for (int64_t g = 0; g < groups; ++g) {
+        __m256 q[4];
+        group_codes<Bits>(row_codes + g * bytes_per_group, q);
+        const __m256 s = _mm256_set1_ps(row_scale[g]);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* xg = x + (first + r) * K + g * kGroup;
+          __m256 dot = _mm256_mul_ps(q[0], _mm256_loadu_ps(xg));
+          dot = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xg + 8), dot);
+          dot = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xg + 16), dot);
+          dot = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xg + 24), dot);
+          acc[r] = _mm256_fmadd_ps(s, dot, acc[r]);
+          offsets[r] += row_offset[g] * x_sums[(first + r) * groups + g];
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) y[(first + r) * N + n] = horizontal_sum(acc[r]) + offsets[r];
+    }
+  }
+}
+
+at::Tensor quantized_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale,
+                            const at::Tensor& offset, int64_t bits) {
+  TORCH_CHECK(bits == 4 || bits == 8, "quantized_linear: bits must be 4 or 8");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "quantized_linear: x must be a float32 matrix");
+  TORCH_CHECK(codes.scalar_type() == at::kByte && scale.scalar_type() == at::kFloat &&
+                  offset.scalar_type() == at::kFloat,
+              "quantized_linear: uint8 codes and float32 scales and offsets");
+  const at::Tensor rows = x.contiguous();
+  const int64_t M = rows.size(0), K = rows.size(1), N = codes.size(0);
+  TORCH_CHECK(K % kGroup == 0, "quantized_linear: the input width must be a multiple of 32");
+  TORCH_CHECK(codes.size(1) * 8 == K * bits && scale.size(0) == N && scale.size(1) == K / kGroup &&
+                  offset.sizes() == scale.sizes(),
+              "quantized_linear: codes, scales and offsets do not match the input width");
+  TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && offset.is_contiguous(),
+              "quantized_linear: contiguous codes, scales and offsets");
+  const at::Tensor x_sums = rows.view({M, K / kGroup, kGroup}).sum(-1).contiguous();
+  at::Tensor y = at::empty({M, N}, rows.options());
+  const float* x_data = rows.data_ptr<float>();
+  const float* sums = x_sums.data_ptr<float>();
+  const uint8_t* code_data = codes.data_ptr<uint8_t>();
+  const float* scale_data = scale.data_ptr<float>();
+  const float* offset_data = offset.data_ptr<float>();
+  float* y_data = y.data_ptr<float>();
+  const int64_t grain = 16;  // outputs per task: the thread pool's unit of work
+  at::parallel_for(0, N, grain, [&](int64_t begin, int64_t end) {
+    if (bits == 4) {
+      outputs<4>(x_data, sums, code_data, scale_data, offset_data, y_data, M, N, K, begin, end);
+    } else {
+      outputs<8>(x_data, sums, code_data, scale_data, offset_data, y_data, M, N, K, begin, end);
+    }
+  });
+  return y;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(mars, m) {
+  m.def("quantized_linear(Tensor x, Tensor codes, Tensor scale, Tensor offset, int bits) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(mars, CPU, m) { m.impl("quantized_linear", &quantized_linear); }

@@ -1,0 +1,333 @@
+"""Linear layers on 4-bit weights (`--dtype q4`): torch's int4 kernel
+(`aten._weight_int4pack_mm_for_cpu`) reading the GGUF's own numbers instead of a float copy.
+
+A GGUF's quantized weights reach us dequantised (models/gguf_cache.py): every group of 32 inputs
+of a row holds `offset + scale * q` for integer codes q (Q4_0/Q4_1/Q4_K: 16 levels; Q5_*, Q6_K,
+Q8_0: up to 256). `recover` finds those codes again, exactly, from the float32 values:
+
+- at most 16 levels: one int4 matrix, half a byte a weight;
+- at most 256 levels: q = 16 * high + low, two int4 matrices whose products add up (a byte a weight);
+- anything else (float weights, not from a quantized file): quantized afresh to 16 levels a group
+  (Q4_1's rule), which loses precision; `QuantizedLinear.exact` says which.
+
+The kernel computes in the activations' dtype (float32 here), so an exact layer's product equals
+`F.linear` on the dequantised weights to float32 rounding: `--dtype q4` of a quantized GGUF is its
+float32 model, served from a quarter of the bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from ..models import LoadedModel
+
+GROUP = 32  # inputs per group: GGUF's block size, and the kernel's group size
+LEVELS_INT4 = 16
+LEVELS_INT8 = 256
+INNER_K_TILES = 2  # the packing's tile parameter (the CPU kernel takes any of 2, 4, 8)
+# an exact code reproduces its value to this fraction of the group's range, plus a few float32
+# roundings of its magnitude (a group of 2.0000 to 2.0003 is stored to 2.4e-7)
+EXACT_TOLERANCE = 1e-5
+FLOAT32_ROUNDING = 1e-6
+MAX_CODES_PER_STEP = 8  # a group's smallest step between values may span up to this many codes
+# the kernels raise these where this torch or CPU cannot run them
+KERNEL_FAILURES = (RuntimeError, NotImplementedError, AttributeError)
+COPY_FORMAT = 1  # a stored copy's layout (install's `copy`)
+QUANTIZED = "q4"  # LoadedModel.linears for a model served from its codes
+
+
+@dataclass
+class Codes:
+    """A weight as groups of `offset + scale * code`: codes [out, in] (int32, 0..levels-1), scale and
+    offset [out, in / GROUP] (float32)."""
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+    offset: torch.Tensor
+    levels: int  # 16 or 256
+    exact: bool  # reproduces the weight (to float32 rounding), not a fresh quantization
+
+
+def recover(weight: torch.Tensor) -> Codes:
+    """The integer codes behind `weight`'s values, group by group: exact where every group is
+    `offset + scale * q` with at most 256 levels, else a fresh 16-level quantization."""
+    out_features, in_features = weight.shape
+    groups = weight.detach().float().reshape(out_features, in_features // GROUP, GROUP)
+    low, high = groups.amin(-1), groups.amax(-1)
+    spread = high - low
+    tolerance = EXACT_TOLERANCE * spread + FLOAT32_ROUNDING * torch.maximum(low.abs(), high.abs()) \
+        + torch.finfo(torch.float32).tiny
+    # Q4_1 and most 4-bit groups use all 16 levels (their least and greatest values are codes 0 and 15)
+    fits, scale, codes = _fit(groups, low, spread, tolerance, torch.full_like(spread, LEVELS_INT4 - 1))
+    if not bool(fits.all()):  # the rest, from the steps between their values
+        rest = ~fits
+        found = _fit_by_steps(groups[rest], low[rest], spread[rest], tolerance[rest])
+        fits[rest], scale[rest], codes[rest] = found
+    if bool(fits.all()):
+        width = LEVELS_INT4 if int(codes.max()) < LEVELS_INT4 else LEVELS_INT8
+        return Codes(codes.reshape(out_features, in_features).to(torch.int32), scale, low, width, True)
+    scale = torch.where(spread > 0, spread / (LEVELS_INT4 - 1), torch.ones_like(spread))  # Q4_1's rule
+    codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, LEVELS_INT4 - 1)
+    return Codes(codes.reshape(out_features, in_features).to(torch.int32), scale, low, LEVELS_INT4, False)
+
+
+def _fit(groups: torch.Tensor, low: torch.Tensor, spread: torch.Tensor, tolerance: torch.Tensor,
+         levels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Which groups are exactly `low + (spread / levels) * q` with integer q below 256, with the
+    scale and codes that would be (a constant group: scale 1, codes 0)."""
+    scale = torch.where((levels > 0) & (spread > 0), spread / levels.clamp_min(1), torch.ones_like(spread))
+    codes = ((groups - low[..., None]) / scale[..., None]).round()
+    rebuilt = low[..., None] + scale[..., None] * codes
+    fits = (rebuilt - groups).abs().le(tolerance[..., None]).all(-1) & (codes.amax(-1) < LEVELS_INT8)
+    return fits, scale, codes
+
+
+def _fit_by_steps(groups: torch.Tensor, low: torch.Tensor, spread: torch.Tensor,
+                  tolerance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_fit` with each group's levels from the smallest step between its distinct values, which is
+    one code or k codes (codes 0, 2, 5: k = 2)."""
+    steps = groups.sort(-1).values.diff(dim=-1)
+    smallest = torch.where(steps > tolerance[..., None], steps, torch.inf).amin(-1)
+    smallest = torch.where(torch.isfinite(smallest), smallest, torch.ones_like(smallest))  # one value: any grid
+    fits = torch.zeros_like(spread, dtype=torch.bool)
+    scale, codes = torch.ones_like(spread), torch.zeros_like(groups)
+    for k in range(1, MAX_CODES_PER_STEP + 1):
+        trial_fits, trial_scale, trial_codes = _fit(groups, low, spread, tolerance, (spread / smallest * k).round())
+        new = trial_fits & ~fits
+        scale, codes = torch.where(new, trial_scale, scale), torch.where(new[..., None], trial_codes, codes)
+        fits |= new
+        if bool(fits.all()):
+            break
+    return fits, scale, codes
+
+
+@dataclass
+class Int4Matrix:
+    """One packed int4 matrix and its per-group scales and zeros, in the kernel's layout."""
+
+    packed: torch.Tensor
+    scales_and_zeros: torch.Tensor  # [in / GROUP, out, 2]
+
+    @classmethod
+    def of(cls, codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> "Int4Matrix":
+        """The kernel reads a code c as (c - 8) * scale + zero: zero = offset + 8 * scale gives back
+        offset + scale * c."""
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.contiguous(), INNER_K_TILES)
+        zero = offset + 8 * scale
+        return cls(packed, torch.stack([scale.t(), zero.t()], dim=-1).contiguous())
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, GROUP, self.scales_and_zeros.to(x.dtype))
+
+
+@dataclass
+class CodeMatrix:
+    """The codes as this project's kernel reads them (decoding/kernels): a byte holds two 4-bit
+    codes, j and j + 16 of a group (GGUF's Q4 layout), or one 8-bit code."""
+
+    codes: torch.Tensor  # uint8 [out, in / 2] or [out, in]
+    scale: torch.Tensor  # float32 [out, in / GROUP]
+    offset: torch.Tensor
+    bits: int
+
+    @classmethod
+    def of(cls, found: Codes) -> "CodeMatrix":
+        codes = found.codes.to(torch.uint8)
+        bits = 4 if found.levels == LEVELS_INT4 else 8
+        if bits == 4:
+            halves = codes.reshape(codes.shape[0], -1, 2, GROUP // 2)
+            codes = (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(codes.shape[0], -1)
+        return cls(codes.contiguous(), found.scale.contiguous(), found.offset.contiguous(), bits)
+
+    @property
+    def packed(self) -> torch.Tensor:
+        return self.codes
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mars.quantized_linear(x, self.codes, self.scale, self.offset, self.bits)
+
+
+BACKENDS = ("mars", "torch")  # this project's AVX2 kernel; torch's int4 kernel (AVX-512 vectorised)
+
+
+def backend() -> str:
+    """The kernel `--dtype q4` uses here: ours where it builds and runs, else torch's."""
+    from . import kernels
+
+    return "mars" if kernels.problem() is None else "torch"
+
+
+class QuantizedLinear:
+    """One linear layer's forward on its codes, in place of `F.linear` on its float weight; the
+    float weight stays (embeddings tied to it read it)."""
+
+    def __init__(self, matrices: list, bias: torch.Tensor | None, exact: bool, levels: int) -> None:
+        self.matrices, self.bias, self.exact, self.levels = matrices, bias, exact, levels
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None, kernel: str | None = None) -> "QuantizedLinear":
+        return cls.from_codes(recover(weight), bias, kernel)
+
+    @classmethod
+    def from_codes(cls, found: Codes, bias: torch.Tensor | None, kernel: str | None = None) -> "QuantizedLinear":
+        """`found`'s layer on `kernel` (ours or torch's; by default ours where it builds)."""
+        kernel = kernel or backend()
+        if kernel == "mars":
+            from . import kernels
+
+            why = kernels.problem()  # loads it
+            if why is not None:
+                raise RuntimeError(why)
+            matrices: list = [CodeMatrix.of(found)]
+        elif found.levels == LEVELS_INT4:
+            matrices = [Int4Matrix.of(found.codes, found.scale, found.offset)]
+        else:  # q = 16 * high + low: offset + scale * q = (offset + 16 scale * high) + (scale * low)
+            high, low = found.codes // LEVELS_INT4, found.codes % LEVELS_INT4
+            matrices = [Int4Matrix.of(high, found.scale * LEVELS_INT4, found.offset),
+                        Int4Matrix.of(low, found.scale, torch.zeros_like(found.offset))]
+        return cls(matrices, None if bias is None else bias.detach(), found.exact, found.levels)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        if not rows.is_contiguous():
+            rows = rows.contiguous()
+        out = self.matrices[0].product(rows)
+        for matrix in self.matrices[1:]:
+            out = out + matrix.product(rows)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def problem(layer: torch.nn.Linear) -> str | None:
+    """Why this layer cannot run on its codes (one phrase), or None."""
+    if layer.weight.device.type != "cpu":
+        return "q4 layers run on a CPU kernel"
+    if layer.weight.dtype != torch.float32:
+        return "q4 layers compute in float32"
+    if layer.in_features % GROUP or layer.out_features % 16:
+        return f"a {layer.out_features}x{layer.in_features} layer does not split into the kernel's tiles"
+    return None
+
+
+@dataclass
+class Installed:
+    """What `install` did to a model: layers on their codes, and those left on `F.linear`."""
+
+    quantized: int
+    exact: int  # of those, reproducing the float weights (a quantized file's codes)
+    code_bytes: int
+    left: dict[str, str]  # layer name -> why it stays dense
+    read: bool = False  # the codes were read from a stored copy, not recovered now
+
+
+def install(model: torch.nn.Module, copy: Path | None = None) -> Installed:
+    """Run every linear of `model` that can on codes recovered from its weight; the rest stay.
+    `copy`: a file of those codes (safetensors), read where it holds them all, else written."""
+    layers = {name: layer for name, layer in model.named_modules() if isinstance(layer, torch.nn.Linear)}
+    left = {name: why for name, layer in layers.items() if (why := problem(layer)) is not None}
+    wanted = [name for name in layers if name not in left]
+    stored = read_codes(copy, wanted) if copy is not None else None
+    found: dict[str, Codes] = {}
+    with torch.no_grad():
+        for name in wanted:
+            layer = layers[name]
+            if not isinstance(layer.__dict__.get("forward"), QuantizedLinear):
+                found[name] = stored[name] if stored is not None else recover(layer.weight)
+                layer.forward = QuantizedLinear.from_codes(found[name], layer.bias)
+    if copy is not None and stored is None and found:
+        write_codes(copy, found)
+    forwards = [layers[name].__dict__["forward"] for name in wanted]
+    return Installed(len(forwards), sum(f.exact for f in forwards),
+                     sum(m.packed.numel() * m.packed.element_size() for f in forwards for m in f.matrices),
+                     left, read=stored is not None)
+
+
+def read_codes(copy: Path, names: list[str]) -> dict[str, Codes] | None:
+    """The codes of `names` from `copy`, or None where it is missing, unreadable, of another
+    format or lacks one of them."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(copy, framework="pt") as stored:
+            meta = stored.metadata() or {}
+            if meta.get("format") != str(COPY_FORMAT):
+                return None
+            found = {}
+            for name in names:
+                levels = int(meta[f"levels:{name}"])
+                codes = stored.get_tensor(f"{name}.codes")
+                if levels == LEVELS_INT4:  # two codes a byte: j and j + 16 of a group
+                    halves = torch.stack([codes & 0x0F, codes >> 4], dim=-1)
+                    halves = halves.reshape(codes.shape[0], -1, GROUP // 2, 2).transpose(-1, -2)
+                    codes = halves.reshape(codes.shape[0], -1)
+                found[name] = Codes(codes.to(torch.int32), stored.get_tensor(f"{name}.scale"),
+                                    stored.get_tensor(f"{name}.offset"), levels, meta[f"exact:{name}"] == "1")
+            return found
+    except (OSError, SafetensorError, ValueError, KeyError):
+        return None
+
+
+def write_codes(copy: Path, found: dict[str, Codes]) -> None:
+    """Store `found` whole (a temporary file, then a rename); a cache that cannot be written is skipped."""
+    from safetensors.torch import save_file
+
+    tensors, meta = {}, {"format": str(COPY_FORMAT)}
+    for name, codes in found.items():
+        packed = CodeMatrix.of(codes)
+        tensors.update({f"{name}.codes": packed.codes, f"{name}.scale": packed.scale, f"{name}.offset": packed.offset})
+        meta[f"levels:{name}"], meta[f"exact:{name}"] = str(codes.levels), "1" if codes.exact else "0"
+    temporary = copy.with_name(f"{copy.name}.tmp-{os.getpid()}")
+    try:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, temporary, metadata=meta)
+        os.replace(temporary, copy)
+    except (OSError, RuntimeError):
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+
+
+def remove(model: torch.nn.Module) -> None:
+    """Every linear of `model` back on `F.linear`."""
+    for module in model.modules():
+        if isinstance(module.__dict__.get("forward"), QuantizedLinear):
+            del module.forward
+
+
+def installed(model: torch.nn.Module) -> bool:
+    return any(isinstance(module.__dict__.get("forward"), QuantizedLinear) for module in model.modules())
+
+
+COPY_NAME = "q4.safetensors"  # in a GGUF cache entry's folder of converted weights (models/loading.py)
+
+
+def quantize_target(loaded: "LoadedModel") -> Installed:
+    """`--dtype q4` for a loaded float32 model: its linears on their codes, read from the GGUF cache
+    entry's stored copy where there is one (recovering them took 10-30 s for SmolLM2-135M on 2 cores).
+    Says once when the codes are new, and every time when some are a fresh, lossy quantization."""
+    from ..errors import UserError
+    from ..notes import note
+
+    if loaded.device.type != "cpu":
+        raise UserError(f"--dtype q4 runs on the CPU (its kernels are CPU kernels), not {loaded.device.type}: "
+                        "use --device cpu, or another --dtype")
+    copy = loaded.converted_copies / COPY_NAME if loaded.converted_copies is not None else None
+    if copy is None or not copy.is_file():
+        note("preparing the q4 linears" + (" once (later loads read them)" if copy is not None else ""), once=True)
+    done = install(loaded.model, copy)
+    loaded.linears = QUANTIZED
+    if done.quantized == 0:
+        raise UserError(f"--dtype q4: no linear layer of {loaded.spec} can run on codes here "
+                        f"({next(iter(done.left.values()), 'none found')})")
+    if done.exact < done.quantized:
+        note(f"--dtype q4: {done.quantized - done.exact} of {done.quantized} linear layers hold no quantized "
+             "file's codes and were quantized to 4 bits now (lossy; a quantized GGUF's codes are used exactly)",
+             once=True)
+    return done

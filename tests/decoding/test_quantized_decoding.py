@@ -1,0 +1,59 @@
+"""`--dtype q4` end to end: lossless within its precision (strict verification reproduces q4's own
+plain greedy decoding, chains and trees), and on the embedded GGUF, whose codes are used exactly,
+the same tokens as float32."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mars_cli.decoding import kernels
+from tests.cli.test_cli import run_cli
+
+pytestmark = pytest.mark.skipif(kernels.problem() is not None, reason=f"no q4 kernel here: {kernels.problem()}")
+
+
+def tokens(capsys, *args: str) -> tuple[list[int], dict]:
+    code, out, err = run_cli(capsys, "generate", *args, "--json", "--device", "cpu")
+    assert code == 0, err
+    payload = json.loads(out)
+    return payload["token_ids"], payload
+
+
+@pytest.mark.parametrize("shape", [("--draft-topk", "1"), ("--draft-topk", "3", "--draft-tokens", "8")])
+def test_strict_verification_in_q4_reproduces_q4_plain_greedy(capsys, tiny_dir, cache, shape):
+    prompt = "abc abc abc ab"
+    plain, payload = tokens(capsys, prompt, "--target", str(tiny_dir), "--dtype", "q4", "--draft", "none",
+                            "-n", "24")
+    assert payload["config"]["dtype"] == "q4"
+    assert payload["tuning"]["packed_weights"]["problem"] == "--dtype q4 runs the linears on their codes"
+    drafted, payload = tokens(capsys, prompt, "--target", str(tiny_dir), "--dtype", "q4", "--draft", "ngram",
+                              "--verify", "strict", "--num-draft", "4", *shape, "-n", "24")
+    assert drafted == plain and payload["stats"]["drafted"] > 0
+
+
+def test_q4_of_float_weights_says_it_is_lossy(capsys, tiny_dir, cache):
+    code, _, err = run_cli(capsys, "generate", "abc", "--target", str(tiny_dir), "--device", "cpu", "--dtype", "q4",
+                           "--draft", "none", "-n", "4")
+    assert code == 0 and "quantized to 4 bits now (lossy" in err
+
+
+@pytest.mark.parametrize("flags, message", [(("--dtype", "q5"), "expected auto, float32, bfloat16, float16 or q4"),
+                                            (("--dtype", "q4", "--packed-weights", "on"), "runs the linears on their codes")])
+def test_bad_q4_requests_get_one_line(capsys, tiny_dir, cache, flags, message):
+    code, out, err = run_cli(capsys, "generate", "abc", "--target", str(tiny_dir), "--device", "cpu", *flags, "-n", "4")
+    assert code == 2 and out == "" and message in err and "Traceback" not in err
+
+
+@pytest.mark.embedded
+def test_q4_of_the_embedded_gguf_decodes_as_float32_does(capsys):
+    """The Q4_1 file's own codes (and its Q8_0 output layer's): q4 is float32 from a quarter of the bytes."""
+    for prompt in ("Write a haiku about the sea.", "What is 12 times 7?"):
+        exact, _ = tokens(capsys, prompt, "--dtype", "float32", "--draft", "none", "-n", "24")
+        fast, payload = tokens(capsys, prompt, "--dtype", "q4", "--draft", "none", "-n", "24")
+        assert fast == exact and payload["config"]["dtype"] == "q4"
+    _, payload = tokens(capsys, "Name three colors.", "--dtype", "q4", "-n", "16", "--verify", "strict")
+    assert payload["config"]["dtype"] == "q4" and payload["stats"]["drafted"] > 0
+    code, _, err = run_cli(capsys, "generate", "Hi", "--dtype", "q4", "-n", "2", "--device", "cpu")
+    assert code == 0 and "preparing the q4 linears" not in err and "lossy" not in err  # read from the cache entry
