@@ -39,7 +39,8 @@ TOLERANCE = 1e-2  # the probe: packed and dense products agree within this (rela
 def packable(model: torch.nn.Module) -> list[torch.nn.Linear]:
     """The linear layers packing applies to: bfloat16 and float32 weights on the CPU."""
     return [module for module in model.modules() if isinstance(module, torch.nn.Linear)
-            and module.weight.device.type == "cpu" and module.weight.dtype in PACKED_DTYPES]
+            and module.weight.device.type == "cpu" and module.weight.dtype in PACKED_DTYPES
+            and isinstance(module.__dict__.get("forward", PackedForward), PackedForward)]  # not q4's codes
 
 
 def problem(model: torch.nn.Module) -> str | None:

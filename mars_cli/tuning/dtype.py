@@ -36,7 +36,14 @@ from ..errors import KERNEL_FAILURES, UserError, first_line
 from ..models import DTYPES, LoadedModel
 from . import clock, curve, machine, store
 from .choice import MeasuredChoice, Provenance, announced, obtain
-from .weights import EXACT, Weights, convert  # EXACT: the reference; `--dtype float32` is the exact mode
+from .weights import EXACT, QUANTIZED, NotExact, Weights, convert, torch_dtype  # EXACT: the reference
+
+
+def codes_copy(target: LoadedModel) -> Path | None:
+    """Where q4's codes of `target` are stored: beside its GGUF cache entry's converted weights."""
+    from ..decoding.quantized import COPY_NAME
+
+    return target.converted_copies / COPY_NAME if target.converted_copies is not None else None
 
 SCHEMA = 8  # 8: the choice protocol's entries (provisional, measured_at, busy, attempts)
 PLAIN, SPECULATIVE = "plain", "speculative"  # how the session decodes: what the choice compares
@@ -63,17 +70,30 @@ BUDGET_S = 10.0  # at most this long, within the process's budget (clock.BUDGET)
 UNCHECKED = "its usability check did not finish within the measuring budget"
 
 
-def candidates(device: torch.device) -> tuple[str, ...]:
+def candidates(device: torch.device, quantizable: bool = False) -> tuple[str, ...]:
     """The dtypes `auto` chooses from: float32 and bfloat16; float16 too off the CPU (a CPU's float16
-    matrix kernels are seldom its fastest, and its range is float16's risk)."""
-    return (EXACT, "bfloat16") if device.type == "cpu" else (EXACT, "bfloat16", "float16")
+    matrix kernels are seldom its fastest, and its range is float16's risk); q4 on a CPU for a model
+    read from a GGUF file where the q4 kernel is built (`quantizable`): its codes give float32's
+    numbers (decoding/quantized.py), so it is checked and timed like the others."""
+    if device.type != "cpu":
+        return (EXACT, "bfloat16", "float16")
+    return (EXACT, "bfloat16", QUANTIZED) if quantizable else (EXACT, "bfloat16")
 
 
-def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = False, packed: bool = False) -> dict:
+def quantizable(target: LoadedModel) -> bool:
+    """Whether q4 is a candidate for `target`: on a CPU, from a GGUF file (whose linears may hold a
+    quantized type's codes; a check finds out), with the q4 kernel built (never built here)."""
+    from ..decoding import kernels
+
+    return target.device.type == "cpu" and target.converted_copies is not None and kernels.built()
+
+
+def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = False, packed: bool = False,
+              quantizable: bool = False) -> dict:
     """Everything the choice depends on that can change between runs on one machine (`packed`:
     each CPU candidate timed on packed linears, as a session with `--packed-weights` other than off runs it;
     a drafting session's: the acceptance figures it is estimated at, so a new head re-measures)."""
-    key = {**machine.machine_key(model_fingerprint, device), "candidates": list(candidates(device)),
+    key = {**machine.machine_key(model_fingerprint, device), "candidates": list(candidates(device, quantizable)),
            "decoding": SPECULATIVE if speculative else PLAIN, "packed": packed}
     if speculative:
         key["acceptance"] = default_acceptance(model_fingerprint).key()
@@ -118,7 +138,7 @@ class DtypeChoice:
 
     @property
     def dtype(self) -> torch.dtype:
-        return DTYPES[self.chosen]
+        return torch_dtype(self.chosen)
 
     def fields(self) -> dict:
         return {"chosen": self.chosen, "candidates": [asdict(c) for c in self.candidates]}
@@ -170,7 +190,7 @@ class DtypeMeasurement(MeasuredChoice[DtypeChoice]):
 
     def __init__(self, target: LoadedModel, speculative: bool = False, packed: bool = False) -> None:
         self.target = target
-        self.key = dtype_key(target.fingerprint, target.device, speculative, packed)
+        self.key = dtype_key(target.fingerprint, target.device, speculative, packed, quantizable(target))
 
     def measure(self, deadline: float | None, previous: DtypeChoice | None = None) -> DtypeChoice:
         return measure(self.target, self.key, deadline, previous)
@@ -201,7 +221,7 @@ class DtypeMeasurement(MeasuredChoice[DtypeChoice]):
 def _candidate(entry: dict) -> Candidate | None:
     """One cached candidate, or None when a field is missing, mistyped or implausible."""
     dtype, usable, ms = entry["dtype"], entry["usable"], entry["ms_per_step"]
-    if dtype not in DTYPES or not isinstance(usable, bool):
+    if (dtype not in DTYPES and dtype != QUANTIZED) or not isinstance(usable, bool):
         return None
     if ms is not None and not store.plausible_times(ms):  # (a usable one cut short before its timing: None)
         return None
@@ -246,7 +266,7 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None,
         if switch is not None and switch.set(True):
             packed.add(name)
 
-    with Weights(target.model) as weights:
+    with Weights(target.model, codes_copy(target)) as weights:
         try:
             found, partial = _measured(target, key, use, names, deadline, _resumable(previous))
         finally:
@@ -357,12 +377,13 @@ def speculative_cost(target: LoadedModel, name: str, plain_ms: float,
     whether the curve held every width the estimate reads; (None, None, False) without one."""
     from ..decoding.target import TargetScorer
 
-    loaded_as = target.dtype
-    target.dtype = DTYPES[name]  # the curve's key, and the attention masks' dtype
+    loaded_as, linears = target.dtype, target.linears
+    target.dtype = torch_dtype(name)  # the curve's key, and the attention masks' dtype
+    target.linears = QUANTIZED if name == QUANTIZED else "dense"  # the curve's key too
     try:
         found = curve.measured_curve(TargetScorer(target), cost.ESTIMATE_WIDTHS, fresh=fresh, announce=False)
     finally:
-        target.dtype = loaded_as
+        target.dtype, target.linears = loaded_as, linears
     measured, stand_in = found.curve, found.provenance.stale  # a stand-in's widths are no measurement
     if 1 not in measured.ms_by_width or stand_in:
         return None, None, False
@@ -387,6 +408,9 @@ def check_usable(target: LoadedModel, use: Callable[[str], None], names: Sequenc
             continue
         try:
             checked = None if reference is None else _argmaxes(target, use, name, prompts, deadline)
+        except NotExact as exc:
+            found.append(Candidate(name, False, problem=str(exc)))
+            continue
         except KERNEL_FAILURES as exc:
             found.append(Candidate(name, False, problem=f"torch cannot run it ({first_line(exc)})"))
             continue
@@ -440,7 +464,7 @@ def _argmaxes(target: LoadedModel, use: Callable[[str], None], name: str, prompt
 def require_usable(target: LoadedModel, name: str, flag: str) -> None:
     """An explicit dtype that needs the check (float16 on a CPU, loaded in float32): UserError
     unless it passes; converted to it when it does."""
-    with Weights(target.model) as weights:
+    with Weights(target.model, codes_copy(target)) as weights:
         verdict = check_usable(target, weights.use, [name])[0]
     if not verdict.usable:
         raise UserError(f"{flag} {name} is unusable on this {target.device.type.upper()}: {verdict.problem}; use "

@@ -3,16 +3,33 @@ between dtypes for a measurement (`Weights`), one copy per dtype, never loaded t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from ..decoding import quantized
 from ..models import DTYPES, LoadedModel, convert_weights, kept_in_float32
 
 EXACT = "float32"  # the dtype models are loaded in for measuring, and switched back to
+QUANTIZED = quantized.QUANTIZED  # q4: float32 weights, the linears served from their codes
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The dtype a candidate's weights and activations are held in (q4's: float32)."""
+    return torch.float32 if name == QUANTIZED else DTYPES[name]
+
+
+class NotExact(RuntimeError):
+    """q4 of weights that are no quantized file's codes: a fresh quantization, which `auto` does not choose."""
 
 
 def convert(target: LoadedModel, name: str) -> None:
     """`target`'s weights in dtype `name` from now on (in place: loaded once; a GGUF's converted copy
-    read where one is stored, models.convert_weights)."""
+    read where one is stored, models.convert_weights; q4: the linears on their codes, stored there too)."""
+    if name == QUANTIZED:
+        convert(target, EXACT)
+        quantized.quantize_target(target)
+        return
     if DTYPES[name] != target.dtype:
         convert_weights(target, DTYPES[name])
         target.dtype = DTYPES[name]
@@ -22,14 +39,24 @@ class Weights:
     """The model's parameters in each dtype tried, switched in place by `use(name)` (one model,
     one converted copy of its weights per dtype, made on first use); float32 again on exit."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
+    def __init__(self, model: torch.nn.Module, codes: Path | None = None) -> None:
+        self.model, self.codes = model, codes  # codes: where q4's are stored (quantized.install's copy)
         self.parameters = [(name, p) for name, p in model.named_parameters() if p.is_floating_point()]
         self.copies: dict[str, list[torch.Tensor]] = {EXACT: [p.data for _, p in self.parameters]}
         self.current = EXACT
 
     def use(self, name: str) -> None:
         if name == self.current:
+            return
+        if self.current == QUANTIZED:
+            quantized.remove(self.model)
+            self.current = EXACT
+        if name == QUANTIZED:  # the float32 weights, with the linears served from their codes
+            self.use(EXACT)
+            done = quantized.install(self.model, self.codes)
+            self.current = QUANTIZED
+            if done.exact < done.quantized or done.quantized == 0:
+                raise NotExact("its linears are no quantized file's codes (q4 would quantize them afresh)")
             return
         if name not in self.copies:
             dtype, kept = DTYPES[name], kept_in_float32(self.model, DTYPES[name])

@@ -40,6 +40,15 @@ def cpu_problem() -> str | None:
     return None
 
 
+def built() -> bool:
+    """Whether the kernel is usable here without building it now (loaded if it is)."""
+    if cpu_problem() is not None:
+        return False
+    if hasattr(torch.ops.mars, "quantized_linear"):
+        return True
+    return (build_dir() / f"{NAME}.so").is_file() and problem() is None
+
+
 @lru_cache(maxsize=1)
 def problem() -> str | None:
     """Why the kernel is not usable here (built now if missing), or None once it is loaded."""
