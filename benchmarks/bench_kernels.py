@@ -2,7 +2,7 @@
 of M rows through every linear (the layers and the output layer), each kernel's weights made once
 from the same random float32 weights, kernels interleaved round by round, the median counting.
 
-    python benchmarks/bench_kernels.py [--target smollm2-135m] [--widths 1,2,5,9,17,33] [--repeats 7]
+    python benchmarks/bench_kernels.py [--target smollm2-135m] [--widths 1,2,5,9,17,33] [--repeats 7] [--out F]
 
 What it answers: which kernel a plain step (M=1) and a tree verification (M=9-17) should use
 (docs/benchmarks.md, "Kernels"). The weights are random: a kernel's time does not depend on them.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -24,6 +23,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mars_cli.decoding import quantized  # noqa: E402
+from mars_cli.tuning.machine import cpu_name  # noqa: E402
 
 
 def linear_shapes(target: str) -> list[tuple[int, int]]:
@@ -52,11 +52,20 @@ def kernels(shapes: list[tuple[int, int]]) -> dict[str, list]:
         "bfloat16 dense": [lambda x, w=w.bfloat16(): F.linear(x.bfloat16(), w) for w in weights],
     }
     try:
-        made["int4 weights (q4: group 32)"] = [quantized.QuantizedLinear.from_weight(w, None) for w in weights]
+        made["q4: torch's int4 kernel (group 32)"] = [quantized.QuantizedLinear.from_weight(w, None, "torch")
+                                                      for w in weights]
         made["int8 weights (per channel)"] = [int8_weights(w) for w in weights]
         made["int8 x int8 (activations per row)"] = [int8_dynamic(w) for w in weights]
     except quantized.KERNEL_FAILURES as exc:  # this torch or CPU lacks a kernel
         print(f"a quantized kernel is not available: {exc}", file=sys.stderr)
+    from mars_cli.decoding import kernels
+
+    why = kernels.problem()
+    if why is None:
+        made["q4: this project's kernel (AVX2)"] = [quantized.QuantizedLinear.from_weight(w, None, "mars")
+                                                   for w in weights]
+    else:
+        print(f"q4: {why}", file=sys.stderr)
     return made
 
 
@@ -104,14 +113,14 @@ def main() -> None:
     table = {name: {m: statistics.median(samples[1:]) for m, samples in by_width.items()}
              for name, by_width in times.items()}
     print(f"linears of {args.target}: {len(shapes)} layers, {sum(n * k for n, k in shapes) / 1e6:.1f}M weights; "
-          f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+          f"{cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     print("| kernel | " + " | ".join(f"M={m}" for m in widths) + " |")
     print("|---|" + "---|" * len(widths))
     for name, by_width in table.items():
         print(f"| {name} | " + " | ".join(f"{by_width[m]:.1f}" for m in widths) + " |")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"target": args.target, "torch": torch.__version__,
+        args.out.write_text(json.dumps({"target": args.target, "cpu": cpu_name(), "torch": torch.__version__,
                                         "threads": torch.get_num_threads(), "ms": table}, indent=1))
 
 

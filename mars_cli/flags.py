@@ -98,7 +98,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     _flag("dtype", str, "auto", "--dtype", rich_help_panel=MODEL,
           help="auto (the dtype whose plain decoding steps run fastest here among those whose output passes a check "
                "against float32's: measured once per model, device and torch, cached), float32 (the exact mode), "
-               "bfloat16 or float16."),
+               "bfloat16, float16, or q4 (CPU: the linears run on a GGUF's own 4- and 8-bit codes, in float32 "
+               "arithmetic; the same numbers as float32 for a quantized GGUF, a lossy 4-bit quantization of "
+               "other weights)."),
     _flag("compile", str, "auto", "--compile", rich_help_panel=MODEL,
           help="Static KV caches with compiled target forwards and drafting steps (CUDA graphs on CUDA): 'on', "
                "'off', or 'auto' (on "

@@ -55,9 +55,10 @@ class Codes:
     exact: bool  # reproduces the weight (to float32 rounding), not a fresh quantization
 
 
-def recover(weight: torch.Tensor) -> Codes:
+def recover(weight: torch.Tensor, fresh_levels: int = LEVELS_INT4) -> Codes:
     """The integer codes behind `weight`'s values, group by group: exact where every group is
-    `offset + scale * q` with at most 256 levels, else a fresh 16-level quantization."""
+    `offset + scale * q` with at most 256 levels, else a fresh quantization to `fresh_levels`
+    levels (16, Q4_1's rule; 256 for a draft head, whose precision only moves its acceptance)."""
     out_features, in_features = weight.shape
     groups = weight.detach().float().reshape(out_features, in_features // GROUP, GROUP)
     low, high = groups.amin(-1), groups.amax(-1)
@@ -73,9 +74,9 @@ def recover(weight: torch.Tensor) -> Codes:
     if bool(fits.all()):
         width = LEVELS_INT4 if int(codes.max()) < LEVELS_INT4 else LEVELS_INT8
         return Codes(codes.reshape(out_features, in_features).to(torch.int32), scale, low, width, True)
-    scale = torch.where(spread > 0, spread / (LEVELS_INT4 - 1), torch.ones_like(spread))  # Q4_1's rule
-    codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, LEVELS_INT4 - 1)
-    return Codes(codes.reshape(out_features, in_features).to(torch.int32), scale, low, LEVELS_INT4, False)
+    scale = torch.where(spread > 0, spread / (fresh_levels - 1), torch.ones_like(spread))  # Q4_1's rule
+    codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, fresh_levels - 1)
+    return Codes(codes.reshape(out_features, in_features).to(torch.int32), scale, low, fresh_levels, False)
 
 
 def _fit(groups: torch.Tensor, low: torch.Tensor, spread: torch.Tensor, tolerance: torch.Tensor,
@@ -228,9 +229,10 @@ class Installed:
     read: bool = False  # the codes were read from a stored copy, not recovered now
 
 
-def install(model: torch.nn.Module, copy: Path | None = None) -> Installed:
+def install(model: torch.nn.Module, copy: Path | None = None, fresh_levels: int = LEVELS_INT4) -> Installed:
     """Run every linear of `model` that can on codes recovered from its weight; the rest stay.
-    `copy`: a file of those codes (safetensors), read where it holds them all, else written."""
+    `copy`: a file of those codes (safetensors), read where it holds them all, else written;
+    `fresh_levels`: the levels of weights that are no file's codes (recover)."""
     layers = {name: layer for name, layer in model.named_modules() if isinstance(layer, torch.nn.Linear)}
     left = {name: why for name, layer in layers.items() if (why := problem(layer)) is not None}
     wanted = [name for name in layers if name not in left]
@@ -240,7 +242,7 @@ def install(model: torch.nn.Module, copy: Path | None = None) -> Installed:
         for name in wanted:
             layer = layers[name]
             if not isinstance(layer.__dict__.get("forward"), QuantizedLinear):
-                found[name] = stored[name] if stored is not None else recover(layer.weight)
+                found[name] = stored[name] if stored is not None else recover(layer.weight, fresh_levels)
                 layer.forward = QuantizedLinear.from_codes(found[name], layer.bias)
     if copy is not None and stored is None and found:
         write_codes(copy, found)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decoding import packing
+from ..decoding import packing, quantized
+from ..decoding.quantized import QUANTIZED
 from ..decoding.kv import KVCache
 from ..errors import UserError
 from ..head.int8 import Int8Forward, eligible, install, problem, remove
@@ -81,6 +82,12 @@ def settle(head: torch.nn.Module, target, mode: str, compiled: bool = False) -> 
     if mode == "off":
         remove(head)
         return Int8Choice(False, problem="--int8-head off")
+    if getattr(target, "linears", "dense") == QUANTIZED:  # the head's linears on codes too (8-bit: drafts only)
+        if mode == "on":
+            raise UserError("--int8-head on: under --dtype q4 the head's linears run on 8-bit codes")
+        remove(head)
+        quantized.install(head, fresh_levels=quantized.LEVELS_INT8)
+        return Int8Choice(False, problem="--dtype q4: the head's linears run on 8-bit codes")
     why = "a compiled drafter is left to torch.compile" if compiled else problem(head)
     if why is not None:
         if mode == "on":

@@ -57,3 +57,38 @@ def test_q4_of_the_embedded_gguf_decodes_as_float32_does(capsys):
     assert payload["config"]["dtype"] == "q4" and payload["stats"]["drafted"] > 0
     code, _, err = run_cli(capsys, "generate", "Hi", "--dtype", "q4", "-n", "2", "--device", "cpu")
     assert code == 0 and "preparing the q4 linears" not in err and "lossy" not in err  # read from the cache entry
+
+
+def test_a_head_under_q4_drafts_on_8_bit_codes_and_strict_greedy_stays_exact(tiny_dir):
+    """The head's float weights quantized afresh to 8 bits (its drafts move, its output may not):
+    strict greedy verification still gives q4's own greedy tokens, chains and trees."""
+    import random
+
+    import torch
+
+    from mars_cli.decoding import quantized
+    from mars_cli.decoding.sampling import SamplingParams
+    from mars_cli.decoding.tree import TreeShape
+    from mars_cli.decoding.verifiers import Verifier
+    from mars_cli.errors import UserError
+    from mars_cli.head.drafter import HeadDrafter
+    from mars_cli.models import load_model
+    from mars_cli.tuning import int8
+    from tests.decoding.test_loop import hf_greedy, random_prompt
+    from tests.head.test_int8_head import bf16_head
+    from tests.trees import decode_all
+
+    target = load_model(str(tiny_dir), device="cpu", dtype="float32")
+    quantized.quantize_target(target)
+    prompt = random_prompt(random.Random(3), len(target.tokenizer), 15)
+    expected = hf_greedy(target, prompt, 30)  # q4's own greedy decoding
+    head = bf16_head(target, 0).float().attach(target.model)
+    choice = int8.settle(head, target, "auto")
+    assert not choice.used and choice.problem == "--dtype q4: the head's linears run on 8-bit codes"
+    forwards = [m.__dict__.get("forward") for m in head.modules() if isinstance(m, torch.nn.Linear)]
+    assert any(isinstance(f, quantized.QuantizedLinear) and f.levels == 256 for f in forwards)
+    for shape in (TreeShape(1, 4), TreeShape(4, 12)):
+        drafter = HeadDrafter(head, target, SamplingParams(0.0), shape=shape)
+        assert decode_all(target, drafter, prompt, 30, Verifier("strict"), 4, shape.tokens) == expected
+    with pytest.raises(UserError, match="8-bit codes"):
+        int8.settle(head, target, "on")
