@@ -109,8 +109,11 @@ def test_each_tree_row_sees_only_its_ancestors(target, prompts):
 
 @pytest.mark.parametrize("num_draft", [2, 5])
 def test_a_gguf_draft_model_is_lossless(target, prompts, reference, num_draft):
-    """The same GGUF drafting for itself: every draft accepted (tau past num_draft) and the output
-    the engine's own, with the draft model's cache following the history round by round."""
+    """The same GGUF drafting for itself: the output the engine's own, and nearly every draft
+    accepted, with the draft model's cache following the history round by round (a cache that
+    lost its place would have most drafts rejected). Not every draft: the drafter's single-token
+    forwards and the target's batched ones sum in different orders (and thread counts), and on an
+    AVX2 EPYC one near-tie in 32 drafts flipped."""
     from mars_cli.llamacpp.drafter import LlamaModelDrafter
 
     drafter = LlamaModelDrafter(target.spec, target, SamplingParams(0.0), threads=2)
@@ -118,7 +121,7 @@ def test_a_gguf_draft_model_is_lossless(target, prompts, reference, num_draft):
         drafter.reset()
         tokens, stats = ours(target, prompt, drafter, num_draft=num_draft)
         assert tokens == expected
-        assert stats.accepted == stats.drafted > 0  # a model drafting for itself is always right
+        assert stats.drafted > 0 and stats.accepted >= 0.9 * stats.drafted
 
 
 def test_a_draft_model_samples_what_plain_sampling_draws(target, prompts):
