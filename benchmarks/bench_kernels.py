@@ -94,11 +94,14 @@ def main() -> None:
     parser.add_argument("--target", default="smollm2-135m")
     parser.add_argument("--widths", default="1,2,5,9,17,33")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--kernels", help="only the kernels whose names contain one of these (comma-separated)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
     shapes = linear_shapes(args.target)
     made = kernels(shapes)
+    if args.kernels:
+        made = {name: layers for name, layers in made.items() if any(part in name for part in args.kernels.split(","))}
     hidden_in = {k for _, k in shapes}
     inputs = {(m, k): torch.randn(m, k) for m in widths for k in hidden_in}
     times: dict[str, dict[int, list[float]]] = {name: {m: [] for m in widths} for name in made}

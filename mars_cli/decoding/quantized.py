@@ -151,8 +151,8 @@ class CodeMatrix:
     def packed(self) -> torch.Tensor:
         return self.codes
 
-    def product(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mars.quantized_linear(x, self.codes, self.scale, self.offset, self.bits)
+    def product(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.ops.mars.quantized_linear(x, self.codes, self.scale, self.offset, self.bits, bias)
 
 
 BACKENDS = ("mars", "torch")  # this project's AVX2 kernel; torch's int4 kernel (AVX-512 vectorised)
@@ -196,6 +196,8 @@ class QuantizedLinear:
         return cls(matrices, None if bias is None else bias.detach(), found.exact, found.levels)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if len(self.matrices) == 1 and isinstance(self.matrices[0], CodeMatrix):  # one call: the hot path
+            return self.matrices[0].product(x, self.bias)
         rows = x.reshape(-1, x.shape[-1])
         if not rows.is_contiguous():
             rows = rows.contiguous()

@@ -21,7 +21,7 @@ from ...paths import cache_dir
 
 SOURCE = Path(__file__).with_name("quantized_linear.cpp")
 NAME = "mars_quantized_linear"
-FLAGS = ["-O3", "-mavx2", "-mfma", "-std=c++17"]
+FLAGS = ["-O3", "-mavx2", "-mfma", "-std=c++17", "-fopenmp"]  # OpenMP: at::parallel_for's threads
 
 
 def build_dir() -> Path:
@@ -83,8 +83,8 @@ def build() -> Path:
         if library.is_file():  # built by the other process while this one waited
             torch.ops.load_library(str(library))
         else:
-            load(name=NAME, sources=[str(SOURCE)], extra_cflags=FLAGS, build_directory=str(folder),
-                 is_python_module=False, verbose=False)
+            load(name=NAME, sources=[str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"],
+                 build_directory=str(folder), is_python_module=False, verbose=False)
     return library
 
 

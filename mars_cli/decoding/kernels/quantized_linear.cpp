@@ -6,7 +6,8 @@
 //
 // Layout (decoding/quantized.py packs it): codes [N, K/2] bytes for 4 bits, byte j of a group
 // holding code j in its low nibble and code j + 16 in its high one (GGUF's Q4 layout); [N, K]
-// bytes for 8 bits. scale, offset: float32 [N, K/32]. x: float32 [M, K]. y: float32 [M, N].
+// bytes for 8 bits. scale, offset: float32 [N, K/32]. x: float32 [..., K]. y: float32 [..., N],
+// plus the bias where one is given.
 //
 // Per output n and group g: sum_j (offset + scale q_j) x_j = scale (sum_j q_j x_j) + offset (sum_j x_j),
 // the group sums of x taken once per call.
@@ -18,6 +19,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace {
@@ -64,7 +66,6 @@ void outputs(const float* x, const float* x_sums, const uint8_t* codes, const fl
     for (int64_t first = 0; first < M; first += kRowsPerPass) {
       const int64_t rows = std::min(kRowsPerPass, M - first);
       __m256 acc[kRowsPerPass];
-      float offsets[kRowsPerPass] = {0.f, 0.f, 0.f, 0.f};
       for (int64_t r = 0; r < kRowsPerPass; ++r) acc[r] = _mm256_setzero_ps();
       for (int64_t g = 0; g < groups; ++g) {
         __m256 q[4];
@@ -72,41 +73,52 @@ void outputs(const float* x, const float* x_sums, const uint8_t* codes, const fl
         const __m256 s = _mm256_set1_ps(row_scale[g]);
         for (int64_t r = 0; r < rows; ++r) {
           const float* xg = x + (first + r) * K + g * kGroup;
-          __m256 dot = _mm256_mul_ps(q[0], _mm256_loadu_ps(xg));
-          dot = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xg + 8), dot);
-          dot = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xg + 16), dot);
-          dot = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xg + 24), dot);
-          acc[r] = _mm256_fmadd_ps(s, dot, acc[r]);
-          offsets[r] += row_offset[g] * x_sums[(first + r) * groups + g];
+          const __m256 even = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xg + 16), _mm256_mul_ps(q[0], _mm256_loadu_ps(xg)));
+          const __m256 odd = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xg + 24), _mm256_mul_ps(q[1], _mm256_loadu_ps(xg + 8)));
+          acc[r] = _mm256_fmadd_ps(s, _mm256_add_ps(even, odd), acc[r]);
         }
       }
-      for (int64_t r = 0; r < rows; ++r) y[(first + r) * N + n] = horizontal_sum(acc[r]) + offsets[r];
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* sums = x_sums + (first + r) * groups;
+        float offsets = 0.f;
+        for (int64_t g = 0; g < groups; ++g) offsets += row_offset[g] * sums[g];
+        y[(first + r) * N + n] = horizontal_sum(acc[r]) + offsets;
+      }
     }
   }
 }
 
 at::Tensor quantized_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale,
-                            const at::Tensor& offset, int64_t bits) {
+                            const at::Tensor& offset, int64_t bits, const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(bits == 4 || bits == 8, "quantized_linear: bits must be 4 or 8");
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "quantized_linear: x must be a float32 matrix");
+  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat, "quantized_linear: x must be float32");
   TORCH_CHECK(codes.scalar_type() == at::kByte && scale.scalar_type() == at::kFloat &&
                   offset.scalar_type() == at::kFloat,
               "quantized_linear: uint8 codes and float32 scales and offsets");
-  const at::Tensor rows = x.contiguous();
-  const int64_t M = rows.size(0), K = rows.size(1), N = codes.size(0);
+  const int64_t K = x.size(-1), N = codes.size(0);
+  const at::Tensor rows = x.reshape({-1, K}).contiguous();
+  const int64_t M = rows.size(0);
   TORCH_CHECK(K % kGroup == 0, "quantized_linear: the input width must be a multiple of 32");
   TORCH_CHECK(codes.size(1) * 8 == K * bits && scale.size(0) == N && scale.size(1) == K / kGroup &&
                   offset.sizes() == scale.sizes(),
               "quantized_linear: codes, scales and offsets do not match the input width");
   TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && offset.is_contiguous(),
               "quantized_linear: contiguous codes, scales and offsets");
-  const at::Tensor x_sums = rows.view({M, K / kGroup, kGroup}).sum(-1).contiguous();
-  at::Tensor y = at::empty({M, N}, rows.options());
+  const int64_t groups = K / kGroup;
   const float* x_data = rows.data_ptr<float>();
-  const float* sums = x_sums.data_ptr<float>();
+  std::vector<float> x_sums(M * groups);  // each group's sum of x: what the offsets multiply
+  for (int64_t i = 0; i < M * groups; ++i) {
+    float sum = 0.f;
+    for (int64_t j = 0; j < kGroup; ++j) sum += x_data[i * kGroup + j];
+    x_sums[i] = sum;
+  }
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = N;
+  at::Tensor y = at::empty({M, N}, rows.options());
   const uint8_t* code_data = codes.data_ptr<uint8_t>();
   const float* scale_data = scale.data_ptr<float>();
   const float* offset_data = offset.data_ptr<float>();
+  const float* sums = x_sums.data();
   float* y_data = y.data_ptr<float>();
   const int64_t grain = 16;  // outputs per task: the thread pool's unit of work
   at::parallel_for(0, N, grain, [&](int64_t begin, int64_t end) {
@@ -116,13 +128,14 @@ at::Tensor quantized_linear(const at::Tensor& x, const at::Tensor& codes, const 
       outputs<8>(x_data, sums, code_data, scale_data, offset_data, y_data, M, N, K, begin, end);
     }
   });
-  return y;
+  if (bias.has_value()) y.add_(*bias);
+  return y.view(out_shape);
 }
 
 }  // namespace
 
 TORCH_LIBRARY(mars, m) {
-  m.def("quantized_linear(Tensor x, Tensor codes, Tensor scale, Tensor offset, int bits) -> Tensor");
+  m.def("quantized_linear(Tensor x, Tensor codes, Tensor scale, Tensor offset, int bits, Tensor? bias) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mars, CPU, m) { m.impl("quantized_linear", &quantized_linear); }
