@@ -79,7 +79,7 @@ def test_any_16_level_group_is_exact(codes, scale, offset):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("rows", [1, 3, 9])
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 17])
 def test_bias_and_leading_dimensions_are_kept(kernel, rows):
     weight = through_gguf(torch.randn(32, 64, generator=torch.Generator().manual_seed(3)), GGMLQuantizationType.Q4_1)
     bias = torch.randn(32)

@@ -9,7 +9,7 @@
 // bytes for 8 bits. scale, offset: float32 [N, K/32]. x: float32 [..., K]. y: float32 [..., N],
 // plus the bias where one is given.
 //
-// Per output n and group g: sum_j (offset + scale q_j) x_j = scale (sum_j q_j x_j) + offset (sum_j x_j),
+// Per output n and group g: sum_j (offset + scale q_j) x_j = sum_j (scale q_j) x_j + offset (sum_j x_j),
 // the group sums of x taken once per call.
 
 #include <ATen/ATen.h>
@@ -25,7 +25,7 @@
 namespace {
 
 constexpr int64_t kGroup = 32;
-constexpr int64_t kRowsPerPass = 4;  // rows of x that share one group's converted codes
+constexpr int64_t kRowsPerPass = 8;  // rows of x that share one group's converted codes (8 FMA chains)
 
 inline float horizontal_sum(__m256 v) {
   __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -54,35 +54,58 @@ inline void group_codes(const uint8_t* bytes, __m256 codes[4]) {
   }
 }
 
+// Rows rows of x against one output's codes: the group's codes converted and scaled once, then one
+// FMA chain a row (Rows independent chains keep both FMA units busy). out[r] gets the scaled sum.
+template <int Bits, int Rows>
+inline void pass(const float* x, int64_t K, const uint8_t* codes, const float* scale, int64_t groups, float* out) {
+  constexpr int64_t bytes_per_group = kGroup * Bits / 8;
+  __m256 acc[Rows];
+  for (int r = 0; r < Rows; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256 w[4];
+    group_codes<Bits>(codes + g * bytes_per_group, w);
+    const __m256 s = _mm256_set1_ps(scale[g]);
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_mul_ps(w[i], s);
+    const float* xg = x + g * kGroup;
+    for (int r = 0; r < Rows; ++r) {
+      const float* xr = xg + r * K;
+      acc[r] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xr), acc[r]);
+      acc[r] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xr + 8), acc[r]);
+      acc[r] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xr + 16), acc[r]);
+      acc[r] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xr + 24), acc[r]);
+    }
+  }
+  for (int r = 0; r < Rows; ++r) out[r] = horizontal_sum(acc[r]);
+}
+
 template <int Bits>
 void outputs(const float* x, const float* x_sums, const uint8_t* codes, const float* scale, const float* offset,
              float* y, int64_t M, int64_t N, int64_t K, int64_t begin, int64_t end) {
   const int64_t groups = K / kGroup;
   const int64_t bytes_per_group = kGroup * Bits / 8;
+  float sums[kRowsPerPass];
   for (int64_t n = begin; n < end; ++n) {
     const uint8_t* row_codes = codes + n * groups * bytes_per_group;
     const float* row_scale = scale + n * groups;
     const float* row_offset = offset + n * groups;
     for (int64_t first = 0; first < M; first += kRowsPerPass) {
       const int64_t rows = std::min(kRowsPerPass, M - first);
-      __m256 acc[kRowsPerPass];
-      for (int64_t r = 0; r < kRowsPerPass; ++r) acc[r] = _mm256_setzero_ps();
-      for (int64_t g = 0; g < groups; ++g) {
-        __m256 q[4];
-        group_codes<Bits>(row_codes + g * bytes_per_group, q);
-        const __m256 s = _mm256_set1_ps(row_scale[g]);
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* xg = x + (first + r) * K + g * kGroup;
-          const __m256 even = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xg + 16), _mm256_mul_ps(q[0], _mm256_loadu_ps(xg)));
-          const __m256 odd = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xg + 24), _mm256_mul_ps(q[1], _mm256_loadu_ps(xg + 8)));
-          acc[r] = _mm256_fmadd_ps(s, _mm256_add_ps(even, odd), acc[r]);
-        }
+      const float* xs = x + first * K;
+      switch (rows) {
+        case 8: pass<Bits, 8>(xs, K, row_codes, row_scale, groups, sums); break;
+        case 7: pass<Bits, 7>(xs, K, row_codes, row_scale, groups, sums); break;
+        case 6: pass<Bits, 6>(xs, K, row_codes, row_scale, groups, sums); break;
+        case 5: pass<Bits, 5>(xs, K, row_codes, row_scale, groups, sums); break;
+        case 4: pass<Bits, 4>(xs, K, row_codes, row_scale, groups, sums); break;
+        case 3: pass<Bits, 3>(xs, K, row_codes, row_scale, groups, sums); break;
+        case 2: pass<Bits, 2>(xs, K, row_codes, row_scale, groups, sums); break;
+        default: pass<Bits, 1>(xs, K, row_codes, row_scale, groups, sums); break;
       }
       for (int64_t r = 0; r < rows; ++r) {
-        const float* sums = x_sums + (first + r) * groups;
+        const float* group_sums = x_sums + (first + r) * groups;
         float offsets = 0.f;
-        for (int64_t g = 0; g < groups; ++g) offsets += row_offset[g] * sums[g];
-        y[(first + r) * N + n] = horizontal_sum(acc[r]) + offsets;
+        for (int64_t g = 0; g < groups; ++g) offsets += row_offset[g] * group_sums[g];
+        y[(first + r) * N + n] = sums[r] + offsets;
       }
     }
   }
