@@ -36,14 +36,8 @@ from ..errors import KERNEL_FAILURES, UserError, first_line
 from ..models import DTYPES, LoadedModel
 from . import clock, curve, machine, store
 from .choice import MeasuredChoice, Provenance, announced, obtain
-from .weights import EXACT, QUANTIZED, NotExact, Weights, convert, torch_dtype  # EXACT: the reference
-
-
-def codes_copy(target: LoadedModel) -> Path | None:
-    """Where q4's codes of `target` are stored: beside its GGUF cache entry's converted weights."""
-    from ..decoding.quantized import COPY_NAME
-
-    return target.converted_copies / COPY_NAME if target.converted_copies is not None else None
+from .weights import (EXACT, QUANTIZED, NotExact, Weights, codes_copy, convert,  # EXACT: the reference
+                      quantizable, torch_dtype)
 
 SCHEMA = 8  # 8: the choice protocol's entries (provisional, measured_at, busy, attempts)
 PLAIN, SPECULATIVE = "plain", "speculative"  # how the session decodes: what the choice compares
@@ -78,14 +72,6 @@ def candidates(device: torch.device, quantizable: bool = False) -> tuple[str, ..
     if device.type != "cpu":
         return (EXACT, "bfloat16", "float16")
     return (EXACT, "bfloat16", QUANTIZED) if quantizable else (EXACT, "bfloat16")
-
-
-def quantizable(target: LoadedModel) -> bool:
-    """Whether q4 is a candidate for `target`: on a CPU, from a GGUF file (whose linears may hold a
-    quantized type's codes; a check finds out), with the q4 kernel built (never built here)."""
-    from ..decoding import kernels
-
-    return target.device.type == "cpu" and target.converted_copies is not None and kernels.built()
 
 
 def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = False, packed: bool = False,

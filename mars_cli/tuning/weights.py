@@ -19,6 +19,19 @@ def torch_dtype(name: str) -> torch.dtype:
     return torch.float32 if name == QUANTIZED else DTYPES[name]
 
 
+def quantizable(target: LoadedModel) -> bool:
+    """Whether q4 is a candidate for `target`: on a CPU, from a GGUF file (whose linears may hold a
+    quantized type's codes; a check finds out), with the q4 kernel built (never built here)."""
+    from ..decoding import kernels
+
+    return target.device.type == "cpu" and target.converted_copies is not None and kernels.built()
+
+
+def codes_copy(target: LoadedModel) -> Path | None:
+    """Where q4's codes of `target` are stored: beside its GGUF cache entry's converted weights."""
+    return target.converted_copies / quantized.COPY_NAME if target.converted_copies is not None else None
+
+
 class NotExact(RuntimeError):
     """q4 of weights that are no quantized file's codes: a fresh quantization, which `auto` does not choose."""
 
