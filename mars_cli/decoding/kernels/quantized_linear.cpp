@@ -65,8 +65,14 @@ inline void pass(const float* x, int64_t K, const uint8_t* codes, const float* s
     __m256 w[4];
     group_codes<Bits>(codes + g * bytes_per_group, w);
     const __m256 s = _mm256_set1_ps(scale[g]);
-    for (int i = 0; i < 4; ++i) w[i] = _mm256_mul_ps(w[i], s);
     const float* xg = x + g * kGroup;
+    if constexpr (Rows == 1) {  // one row: scale the group's dot product, not its codes (fewer operations)
+      const __m256 even = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xg + 16), _mm256_mul_ps(w[0], _mm256_loadu_ps(xg)));
+      const __m256 odd = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xg + 24), _mm256_mul_ps(w[1], _mm256_loadu_ps(xg + 8)));
+      acc[0] = _mm256_fmadd_ps(s, _mm256_add_ps(even, odd), acc[0]);
+      continue;
+    }
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_mul_ps(w[i], s);
     for (int r = 0; r < Rows; ++r) {
       const float* xr = xg + r * K;
       acc[r] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xr), acc[r]);
