@@ -1,18 +1,16 @@
-"""Linear layers on 4-bit weights (`--dtype q4`): torch's int4 kernel
-(`aten._weight_int4pack_mm_for_cpu`) reading the GGUF's own numbers instead of a float copy.
+"""Linear layers on a GGUF's own codes (`--dtype q4`), multiplied in float32.
 
 A GGUF's quantized weights reach us dequantised (models/gguf_cache.py): every group of 32 inputs
 of a row holds `offset + scale * q` for integer codes q (Q4_0/Q4_1/Q4_K: 16 levels; Q5_*, Q6_K,
-Q8_0: up to 256). `recover` finds those codes again, exactly, from the float32 values:
+Q8_0: up to 256). `recover` finds those codes again, exactly, from the float32 values; weights
+from no quantized file are quantized afresh (Q4_1's rule, 16 levels; a draft head's, 256), which
+loses precision, and `QuantizedLinear.exact` says which.
 
-- at most 16 levels: one int4 matrix, half a byte a weight;
-- at most 256 levels: q = 16 * high + low, two int4 matrices whose products add up (a byte a weight);
-- anything else (float weights, not from a quantized file): quantized afresh to 16 levels a group
-  (Q4_1's rule), which loses precision; `QuantizedLinear.exact` says which.
-
-The kernel computes in the activations' dtype (float32 here), so an exact layer's product equals
-`F.linear` on the dequantised weights to float32 rounding: `--dtype q4` of a quantized GGUF is its
-float32 model, served from a quarter of the bytes.
+The product runs on this project's AVX2 kernel (decoding/kernels: 4-bit codes two a byte, 8-bit
+codes one a byte) where it builds, else on torch's int4 kernel (`aten._weight_int4pack_mm_for_cpu`;
+256 levels as two int4 matrices, q = 16 high + low). Both compute in float32, so an exact layer's
+product equals `F.linear` on the dequantised weights to float32 rounding: `--dtype q4` of a
+quantized GGUF is its float32 model, served from a quarter of the bytes.
 """
 
 from __future__ import annotations
@@ -153,9 +151,6 @@ class CodeMatrix:
 
     def product(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return torch.ops.mars.quantized_linear(x, self.codes, self.scale, self.offset, self.bits, bias)
-
-
-BACKENDS = ("mars", "torch")  # this project's AVX2 kernel; torch's int4 kernel (AVX-512 vectorised)
 
 
 def backend() -> str:
