@@ -40,7 +40,13 @@ def packable(model: torch.nn.Module) -> list[torch.nn.Linear]:
     """The linear layers packing applies to: bfloat16 and float32 weights on the CPU."""
     return [module for module in model.modules() if isinstance(module, torch.nn.Linear)
             and module.weight.device.type == "cpu" and module.weight.dtype in PACKED_DTYPES
-            and isinstance(module.__dict__.get("forward", PackedForward), PackedForward)]  # not q4's codes
+            and not _serves_otherwise(module)]
+
+
+def _serves_otherwise(layer: torch.nn.Linear) -> bool:
+    """Whether another forward than a packed one stands in for the layer's (q4's codes)."""
+    forward = layer.__dict__.get("forward")
+    return forward is not None and not isinstance(forward, PackedForward)
 
 
 def problem(model: torch.nn.Module) -> str | None:

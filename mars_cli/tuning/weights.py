@@ -54,6 +54,8 @@ class Weights:
 
     def __init__(self, model: torch.nn.Module, codes: Path | None = None) -> None:
         self.model, self.codes = model, codes  # codes: where q4's are stored (quantized.install's copy)
+        self.served: dict | None = None  # q4's forwards by layer, once built
+        self.exact = False  # q4's codes are a file's own
         self.parameters = [(name, p) for name, p in model.named_parameters() if p.is_floating_point()]
         self.copies: dict[str, list[torch.Tensor]] = {EXACT: [p.data for _, p in self.parameters]}
         self.current = EXACT
@@ -66,9 +68,15 @@ class Weights:
             self.current = EXACT
         if name == QUANTIZED:  # the float32 weights, with the linears served from their codes
             self.use(EXACT)
-            done = quantized.install(self.model, self.codes)
+            if self.served is None:  # built once (a switch is timed with the steps it precedes)
+                done = quantized.install(self.model, self.codes)
+                self.served = {layer: layer.__dict__["forward"] for layer in self.model.modules()
+                               if isinstance(layer.__dict__.get("forward"), quantized.QuantizedLinear)}
+                self.exact = done.quantized > 0 and done.exact == done.quantized
+            for layer, forward in self.served.items():
+                layer.forward = forward
             self.current = QUANTIZED
-            if done.exact < done.quantized or done.quantized == 0:
+            if not self.exact:
                 raise NotExact("its linears are no quantized file's codes (q4 would quantize them afresh)")
             return
         if name not in self.copies:
@@ -85,4 +93,4 @@ class Weights:
 
     def __exit__(self, *exc: object) -> None:
         self.use(EXACT)
-        self.copies = {EXACT: self.copies[EXACT]}
+        self.copies, self.served = {EXACT: self.copies[EXACT]}, None

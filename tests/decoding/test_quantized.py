@@ -118,3 +118,15 @@ def test_layers_the_kernel_cannot_take_stay_dense():
     assert quantized.problem(torch.nn.Linear(64, 32).bfloat16()) == "q4 layers compute in float32"  # as their codes
     assert "tiles" in quantized.problem(torch.nn.Linear(48, 32))
     assert quantized.problem(torch.nn.Linear(64, 32)) is None
+
+
+def test_packing_takes_plain_linears_and_leaves_q4s_alone():
+    """Packing (decoding/packing.py) and q4 both stand in for a layer's forward: packing takes
+    the layers nothing else serves, whatever this CPU's packing kernels can do."""
+    from mars_cli.decoding import packing
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 64))
+    assert packing.packable(model) == [model[0], model[1]]
+    model[0].forward = quantized.QuantizedLinear.from_weight(model[0].weight.detach(), None, KERNELS[0]) \
+        if KERNELS else (lambda x: x)
+    assert packing.packable(model) == [model[1]]
