@@ -1,9 +1,8 @@
 """Side by side on one GGUF: llama-bench, our `--engine llama.cpp` and our transformers engine.
 
 llama.cpp's own llama-bench, our `--engine llama.cpp` (plain, the default, MARS at 0.9 and 0.97)
-and our transformers engine (plain and default, under `--dtype auto` and `--dtype q4`), tokens/s on
-the same held-out prompts, methods
-interleaved prompt by prompt. Run in .venv-llamacpp:
+and our transformers engine (plain and default, under `--dtype auto`, `q4` and `float32`), tokens/s
+on the same held-out prompts, methods interleaved prompt by prompt. Run in .venv-llamacpp:
 
     bash benchmarks/tools/build_llama_bench.sh          # llama-bench, same llama.cpp and flags
     .venv-llamacpp/bin/python benchmarks/bench_llamacpp.py --out benchmarks/results/llamacpp/CPU.json
@@ -42,6 +41,8 @@ METHODS = {  # name -> options (flat names)
     "transformers default": {"draft": "auto", "num_draft": "auto"},
     "transformers q4 plain": {"draft": "none", "dtype": "q4"},
     "transformers q4 default": {"draft": "auto", "num_draft": "auto", "dtype": "q4"},
+    "transformers float32 plain": {"draft": "none", "dtype": "float32"},
+    "transformers float32 default": {"draft": "auto", "num_draft": "auto", "dtype": "float32"},
 }
 
 

@@ -49,6 +49,10 @@ def steps(target: LoadedModel, allow_pickle: bool = False) -> list[tuple[str, St
 
     def packed() -> dict:
         dtype.convert(target, state["dtype"])
+        if target.linears != "dense":  # q4: the linears run on their codes, never packed
+            state["packed"] = False
+            return row(f"packed linears ({state['dtype']})", "no", f"--dtype {target.linears} runs the linears on "
+                       "their codes", None, None)
         choice = packing.choose(target, fresh=True, budget=clock.unbounded())
         state["packed"] = choice.packed
         detail = (f"dense {choice.ms_dense:.0f} ms, packed {choice.ms_packed:.0f} ms a block"
@@ -75,6 +79,8 @@ def steps(target: LoadedModel, allow_pickle: bool = False) -> list[tuple[str, St
         path = find_head(target.fingerprint)
         if path is None:
             return row("int8 head", "-", "no draft head for this target", None, None)
+        if target.linears != "dense":
+            return row("int8 head", "no", f"--dtype {target.linears}: the head's linears run on 8-bit codes", None, None)
         head = load_head(f"head:{path}", target, allow_pickle)
         if state["packed"]:
             install(head)
