@@ -110,9 +110,10 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
                "kernels: 'on', 'off', or 'auto' (on where a measurement here says it pays: once per model, device, "
                "dtype and torch, cached). The same numbers up to the order of a sum's terms."),
     _flag("engine", str, "transformers", "--engine", rich_help_panel=MODEL,
-          help="What runs the target: transformers (torch; any model) or llama.cpp (a GGUF file at its own "
-               "precision, through llama-cpp-python: `make setup-llamacpp`). Drafters and verification are ours "
-               "on both."),
+          help="What runs the target: transformers (torch; any model), llama.cpp (a GGUF file at its own "
+               "precision, through llama-cpp-python: `make setup-llamacpp`), or auto (generate's default: llama.cpp "
+               "where it is installed, the target is a GGUF and it measured faster here, once, cached; else "
+               "transformers). Drafters and verification are ours on both."),
     _flag("device_map", Optional[str], None, "--device-map", rich_help_panel=MODEL,
           help="'auto' spreads a target too large for one device over GPUs (and CPU) with accelerate."),
     _flag("trust_remote_code", bool, False, "--trust-remote-code", rich_help_panel=MODEL,

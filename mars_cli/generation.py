@@ -44,7 +44,12 @@ def events(session: Session, text: str, startup: Startup, stream_text: bool) -> 
 
 
 def build(options: object, startup: Startup) -> Session:
-    """The session for `options`, timed as the start-up's load (and tuning) phase."""
-    session = Session(options)  # type: ignore[arg-type]
+    """The session for `options`, timed as the start-up's load (and tuning) phase; `--engine auto`
+    resolved first (engine_choice.py: a first use here builds and times both engines' sessions)."""
+    from . import engine_choice
+
+    concrete, built, choice = engine_choice.resolve(options, Session)  # type: ignore[arg-type]
+    session = built or Session(concrete)
+    session.engine_choice = choice
     startup.built(TALLY.seconds)
     return session

@@ -239,5 +239,5 @@ class DecodingOptions:
         self.drafting.validate()
 
 
-ENGINES = ("transformers", "llama.cpp")
+ENGINES = ("transformers", "llama.cpp", "auto")  # auto: mars generate's default (engine_choice.py)
 _OWN_FIELDS = tuple(f.name for f in fields(DecodingOptions) if f.name not in GROUPS)

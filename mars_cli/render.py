@@ -50,6 +50,10 @@ def stats_table(stats: dict, config: dict, server: dict | None = None) -> Table:
     if stats.get("startup_s"):
         table.add_row("start-up", ", ".join(f"{phase} {seconds:.2f} s" for phase, seconds in stats["startup_s"].items()
                                             if seconds is not None))
+    choice = config.get("engine_choice")
+    if choice:
+        table.add_row("engine", f"{choice['engine']} (--engine auto: {choice['why']}"
+                      + ("; cached" if choice["cached"] else "") + ")")
     if server:
         table.add_row("decoded by", f"the warm server (pid {server['pid']}; session {server['session']})")
     return table

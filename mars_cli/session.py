@@ -51,12 +51,15 @@ class Session:
     threads_choice: object = None  # --engine llama.cpp: the thread count measured (tuning/threads.py)
     _drift_found = False  # a drift was found and its entries made provisional (tuning/drift.py): once a session
     _plain_timed = (0.0, 0)  # the target seconds and rounds of the prompts decoded so far
+    engine_choice: object = None  # --engine auto's verdict (engine_choice.py), where it chose the engine
 
     @plan.collected  # what its tuning measures is said in one line, when decoding starts (say_tuning)
     def __init__(self, options: DecodingOptions, target: LoadedModel | None = None,
                  draft_model: LoadedModel | None = None) -> None:
         """`target` and `draft_model` let several sessions share models already loaded."""
         options.validate()
+        require(options.model.engine != "auto", "--engine auto is resolved by `mars generate`; name an engine "
+                                                 "(transformers or llama.cpp)")
         self.options = options
         temperature = options.sampling.temperature
         if 0 < temperature < GREEDY_BELOW:  # logits / T would overflow float32 far below it
@@ -366,6 +369,7 @@ class Session:
             draft_lookup=bool(getattr(self.drafter, "looks_up", False)),
             torch_version=torch.__version__,
             threads=getattr(self.scorer, "threads", None) or torch.get_num_threads(),
+            engine_choice=self.engine_choice.report() if self.engine_choice is not None else None,
         )
         return resolved
 

@@ -71,3 +71,23 @@ def test_a_one_liner_on_llama_cpp_runs_no_transformers_model_code(tmp_path):
                   and not m.startswith("transformers.models.auto.")]  # auto: the name registry, no model code
     assert model_code == []
     assert "transformers.modeling_utils" not in modules
+
+
+def test_the_one_liners_default_engine_is_measured_once_and_cached(capsys, tmp_path, monkeypatch):
+    """`--engine auto` (generate's default) here, where llama.cpp is installed and the target is a
+    GGUF: both engines decode, the faster serves, and the next call reads the verdict."""
+    from mars_cli import engine_choice
+
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(engine_choice, "_busy", lambda: None)  # a quiet machine: the verdict settles
+    first = main(["generate", PROMPT, "-n", "8", "--json"])
+    captured = capsys.readouterr()
+    assert first == 0, captured.err
+    config = json.loads(captured.out)["config"]
+    choice = config["engine_choice"]
+    assert config["engine"] == choice["engine"] in ("llama.cpp", "transformers") and not choice["cached"]
+    assert set(choice["tok_s"]) == {"llama.cpp", "transformers"} and all(r > 0 for r in choice["tok_s"].values())
+    assert "--engine auto:" in captured.err
+    assert main(["generate", PROMPT, "-n", "8", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)["config"]
+    assert again["engine"] == config["engine"] and again["engine_choice"]["cached"]

@@ -26,7 +26,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
 @app.command("generate")
-@decoding_flags(*DECODING_FLAGS, "stop", "raw", defaults={"draft": "auto"})
+@decoding_flags(*DECODING_FLAGS, "stop", "raw", defaults={"draft": "auto", "engine": "auto"})
 def generate(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or nothing reads stdin.")] = None,
     *,
