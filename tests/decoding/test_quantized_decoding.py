@@ -53,7 +53,8 @@ def test_q4_of_the_embedded_gguf_decodes_as_float32_does(capsys):
         exact, _ = tokens(capsys, prompt, "--dtype", "float32", "--draft", "none", "-n", "24")
         fast, payload = tokens(capsys, prompt, "--dtype", "q4", "--draft", "none", "-n", "24")
         assert fast == exact and payload["config"]["dtype"] == "q4"
-    _, payload = tokens(capsys, "Name three colors.", "--dtype", "q4", "-n", "16", "--verify", "strict")
+    _, payload = tokens(capsys, "Name three colors.", "--dtype", "q4", "-n", "16", "--verify", "strict",
+                        "--num-draft", "4", "--draft-topk", "1")  # fixed: drafting whatever this machine's curve says
     assert payload["config"]["dtype"] == "q4" and payload["stats"]["drafted"] > 0
     code, _, err = run_cli(capsys, "generate", "Hi", "--dtype", "q4", "-n", "2", "--device", "cpu")
     assert code == 0 and "preparing the q4 linears" not in err and "lossy" not in err  # read from the cache entry
