@@ -3,8 +3,8 @@ measured, never read off a CPU flag (these small models are bound by the bytes o
 per step, which bfloat16 halves whether or not the CPU computes it natively).
 
 The target, loaded in float32, is checked (`check_usable`) and timed in each candidate (float32 and
-bfloat16; float16 too on a GPU): single-token cached forwards through the loop's own scorer after
-a prefill, dtypes interleaved, median per step (`time_steps`), timed once more on a close call. A
+bfloat16; float16 too on a GPU; q4 on a CPU for a GGUF, weights.quantizable): single-token cached
+forwards through the loop's own scorer after a prefill, dtypes interleaved, median per step (`time_steps`), timed once more on a close call. A
 session that drafts compares the candidates by the target's milliseconds per emitted token in the
 best draft shape each one's cost curve affords (`speculative_cost`): what width costs differs
 between dtypes far more than a plain step does. The fastest usable one wins, with float32 kept
