@@ -90,10 +90,34 @@ def resolve(options: DecodingOptions, build: Callable[[DecodingOptions], "Sessio
     cached = read(path, key)
     if cached is not None and not (cached.provisional and _quiet()):
         return options.replace(engine=cached.engine), None, cached
-    choice, sessions = measure(options, build)
+    sessions, refused = built_sessions(options, build)
+    if refused is not None:  # one engine cannot load this target: the other serves (not cached)
+        engine = next(iter(sessions))
+        return options.replace(engine=engine), sessions[engine], EngineChoice(engine, refused)
+    choice = measure(sessions)
     save(path, key, choice)
     note(f"--engine auto: {describe(choice)}; cached for later runs", once=True)
     return options.replace(engine=choice.engine), sessions[choice.engine], choice
+
+
+def built_sessions(options: DecodingOptions, build: Callable[[DecodingOptions], "Session"]) -> tuple[dict, str | None]:
+    """Both engines' default sessions; where one cannot be built (an architecture llama.cpp or
+    transformers does not know), the other alone with the reason. Raises where neither can."""
+    from .errors import UserError
+
+    sessions: dict = {}
+    failures: dict[str, UserError] = {}
+    for engine in ENGINES:
+        try:
+            sessions[engine] = build(options.replace(engine=engine))
+        except UserError as exc:
+            failures[engine] = exc
+    if not sessions:
+        raise failures["transformers"]
+    if failures:
+        engine, exc = next(iter(failures.items()))
+        return sessions, f"{engine} cannot serve this target ({exc})"
+    return sessions, None
 
 
 def choice_key(options: DecodingOptions) -> dict:
@@ -145,10 +169,9 @@ def save(path: Path, key: dict, choice: EngineChoice) -> None:
     save_or_note(path, json.dumps(entry, indent=1), "the engine choice")
 
 
-def measure(options: DecodingOptions, build: Callable[[DecodingOptions], "Session"]) -> tuple[EngineChoice, dict]:
+def measure(sessions: dict[str, "Session"]) -> EngineChoice:
     """Both engines' default sessions decode PROMPT for TOKENS tokens, ROUNDS times each,
     interleaved after a warm-up; the faster median wins (transformers on a tie)."""
-    sessions = {engine: build(options.replace(engine=engine)) for engine in ENGINES}
     rates: dict[str, list[float]] = {engine: [] for engine in ENGINES}
     for round_ in range(ROUNDS + 1):
         for engine, session in sessions.items():
@@ -159,7 +182,7 @@ def measure(options: DecodingOptions, build: Callable[[DecodingOptions], "Sessio
     fastest = "llama.cpp" if medians["llama.cpp"] > medians["transformers"] else "transformers"
     why = (f"decoded fastest here: {medians['llama.cpp']:.1f} tok/s on llama.cpp, "
            f"{medians['transformers']:.1f} on transformers")
-    return EngineChoice(fastest, why, medians, provisional=_busy()), sessions
+    return EngineChoice(fastest, why, medians, provisional=_busy())
 
 
 def timed_rate(session: "Session") -> float:

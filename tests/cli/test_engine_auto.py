@@ -169,3 +169,20 @@ def test_other_commands_name_an_engine(capsys, tiny_dir, cache):
     code, _, err = run_cli(capsys, "profile", "--target", str(tiny_dir), "--device", "cpu", "--engine", "auto",
                            "abc", "-n", "4")
     assert code == 2 and "--engine auto is resolved by `mars generate`" in err
+
+
+def test_an_engine_that_cannot_load_the_target_leaves_the_other(gguf_target, monkeypatch):
+    from mars_cli.errors import UserError
+
+    monkeypatch.setattr(engine_choice, "_busy", lambda: None)
+    build, built, runs = builder({"transformers": 25.0, "llama.cpp": 10.0})
+
+    def refusing(options):
+        if options.model.engine == "llama.cpp":
+            raise UserError("unknown model architecture: 'newarch'")
+        return build(options)
+
+    resolved, session, choice = engine_choice.resolve(options_for(gguf_target), refusing)
+    assert resolved.model.engine == "transformers" == session.engine and runs == []
+    assert choice.why == "llama.cpp cannot serve this target (unknown model architecture: 'newarch')"
+    assert not engine_choice.entry_path(engine_choice.choice_key(options_for(gguf_target))).exists()
