@@ -37,6 +37,19 @@ def prompts() -> list[list[int]]:
                                           tokenize=True, return_dict=False) for s in samples]
 
 
+@pytest.fixture(scope="session")
+def fresh_prompts() -> list[list[int]]:
+    """Held-out chat and code prompts `prompts` does not hold (samples 4-6 of each suite)."""
+    from transformers import AutoTokenizer
+
+    from mars_cli.serving.engine import target_directory
+
+    tokenizer = AutoTokenizer.from_pretrained(target_directory(TARGET))
+    samples = load_suite("chat", limit=6).samples[3:] + load_suite("code", limit=6).samples[3:]
+    return [tokenizer.apply_chat_template([{"role": "user", "content": s.turns[0]}], add_generation_prompt=True,
+                                          tokenize=True, return_dict=False) for s in samples]
+
+
 @pytest.fixture(scope="module")
 def head_engine():
     llm = engine(HEAD)
