@@ -10,7 +10,7 @@ The product runs on this project's AVX2 kernel (decoding/kernels: 4-bit codes tw
 codes one a byte) where it builds, else on torch's int4 kernel (`aten._weight_int4pack_mm_for_cpu`;
 256 levels as two int4 matrices, q = 16 high + low). Both compute in float32, so an exact layer's
 product equals `F.linear` on the dequantised weights to float32 rounding: `--dtype q4` of a
-quantized GGUF is its float32 model, served from a quarter of the bytes.
+quantized GGUF is its float32 model, served from a fifth of the bytes (codes, scales and offsets).
 """
 
 from __future__ import annotations
