@@ -23,6 +23,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mars_cli.decoding import quantized  # noqa: E402
+from mars_cli.errors import KERNEL_FAILURES  # noqa: E402
 from mars_cli.tuning.machine import cpu_name  # noqa: E402
 
 
@@ -56,7 +57,7 @@ def kernels(shapes: list[tuple[int, int]]) -> dict[str, list]:
                                                       for w in weights]
         made["int8 weights (per channel)"] = [int8_weights(w) for w in weights]
         made["int8 x int8 (activations per row)"] = [int8_dynamic(w) for w in weights]
-    except quantized.KERNEL_FAILURES as exc:  # this torch or CPU lacks a kernel
+    except (*KERNEL_FAILURES, AttributeError) as exc:  # this torch or CPU lacks a kernel
         print(f"a quantized kernel is not available: {exc}", file=sys.stderr)
     from mars_cli.decoding import kernels
 

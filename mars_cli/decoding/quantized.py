@@ -35,8 +35,6 @@ INNER_K_TILES = 2  # the packing's tile parameter (the CPU kernel takes any of 2
 EXACT_TOLERANCE = 1e-5
 FLOAT32_ROUNDING = 1e-6
 MAX_CODES_PER_STEP = 8  # a group's smallest step between values may span up to this many codes
-# the kernels raise these where this torch or CPU cannot run them
-KERNEL_FAILURES = (RuntimeError, NotImplementedError, AttributeError)
 COPY_FORMAT = 1  # a stored copy's layout (install's `copy`)
 QUANTIZED = "q4"  # LoadedModel.linears for a model served from its codes
 
@@ -53,14 +51,17 @@ class Codes:
     exact: bool  # reproduces the weight (to float32 rounding), not a fresh quantization
 
 
-def recover(weight: torch.Tensor, fresh_levels: int = LEVELS_INT4) -> Codes:
+def recover(weight: torch.Tensor, fresh_levels: int = LEVELS_INT4, search: bool = True) -> Codes:
     """The integer codes behind `weight`'s values, group by group: exact where every group is
     `offset + scale * q` with at most 256 levels, else a fresh quantization to `fresh_levels`
-    levels (16, Q4_1's rule; 256 for a draft head, whose precision only moves its acceptance)."""
+    levels (16, Q4_1's rule; 256 for a draft head, whose precision only moves its acceptance).
+    `search=False`: weights known to be floats (a head's) are quantized afresh without looking."""
     out_features, in_features = weight.shape
     groups = weight.detach().float().reshape(out_features, in_features // GROUP, GROUP)
     low, high = groups.amin(-1), groups.amax(-1)
     spread = high - low
+    if not search:
+        return _fresh(groups, low, spread, fresh_levels)
     tolerance = EXACT_TOLERANCE * spread + FLOAT32_ROUNDING * torch.maximum(low.abs(), high.abs()) \
         + torch.finfo(torch.float32).tiny
     # Q4_1 and most 4-bit groups use all 16 levels (their least and greatest values are codes 0 and 15)
@@ -72,9 +73,14 @@ def recover(weight: torch.Tensor, fresh_levels: int = LEVELS_INT4) -> Codes:
     if bool(fits.all()):
         width = LEVELS_INT4 if int(codes.max()) < LEVELS_INT4 else LEVELS_INT8
         return Codes(codes.reshape(out_features, in_features).to(torch.int32), scale, low, width, True)
-    scale = torch.where(spread > 0, spread / (fresh_levels - 1), torch.ones_like(spread))  # Q4_1's rule
-    codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, fresh_levels - 1)
-    return Codes(codes.reshape(out_features, in_features).to(torch.int32), scale, low, fresh_levels, False)
+    return _fresh(groups, low, spread, fresh_levels)
+
+
+def _fresh(groups: torch.Tensor, low: torch.Tensor, spread: torch.Tensor, levels: int) -> Codes:
+    """A fresh quantization of `groups` to `levels` levels from each group's least value (Q4_1's rule)."""
+    scale = torch.where(spread > 0, spread / (levels - 1), torch.ones_like(spread))
+    codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, levels - 1)
+    return Codes(codes.reshape(groups.shape[0], -1).to(torch.int32), scale, low, levels, False)
 
 
 def _fit(groups: torch.Tensor, low: torch.Tensor, spread: torch.Tensor, tolerance: torch.Tensor,
@@ -226,10 +232,11 @@ class Installed:
     read: bool = False  # the codes were read from a stored copy, not recovered now
 
 
-def install(model: torch.nn.Module, copy: Path | None = None, fresh_levels: int = LEVELS_INT4) -> Installed:
+def install(model: torch.nn.Module, copy: Path | None = None, fresh_levels: int = LEVELS_INT4,
+            search: bool = True) -> Installed:
     """Run every linear of `model` that can on codes recovered from its weight; the rest stay.
     `copy`: a file of those codes (safetensors), read where it holds them all, else written;
-    `fresh_levels`: the levels of weights that are no file's codes (recover)."""
+    `fresh_levels` and `search`: for weights that are no file's codes (recover)."""
     layers = {name: layer for name, layer in model.named_modules() if isinstance(layer, torch.nn.Linear)}
     left = {name: why for name, layer in layers.items() if (why := problem(layer)) is not None}
     wanted = [name for name in layers if name not in left]
@@ -239,7 +246,7 @@ def install(model: torch.nn.Module, copy: Path | None = None, fresh_levels: int 
         for name in wanted:
             layer = layers[name]
             if not isinstance(layer.__dict__.get("forward"), QuantizedLinear):
-                found[name] = stored[name] if stored is not None else recover(layer.weight, fresh_levels)
+                found[name] = stored[name] if stored is not None else recover(layer.weight, fresh_levels, search)
                 layer.forward = QuantizedLinear.from_codes(found[name], layer.bias)
     if copy is not None and stored is None and found:
         write_codes(copy, found)

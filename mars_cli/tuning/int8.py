@@ -86,7 +86,7 @@ def settle(head: torch.nn.Module, target, mode: str, compiled: bool = False) -> 
         if mode == "on":
             raise UserError("--int8-head on: under --dtype q4 the head's linears run on 8-bit codes")
         remove(head)
-        quantized.install(head, fresh_levels=quantized.LEVELS_INT8)
+        quantized.install(head, fresh_levels=quantized.LEVELS_INT8, search=False)  # a head's weights are floats
         return Int8Choice(False, problem="--dtype q4: the head's linears run on 8-bit codes")
     why = "a compiled drafter is left to torch.compile" if compiled else problem(head)
     if why is not None:
