@@ -98,9 +98,10 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     _flag("dtype", str, "auto", "--dtype", rich_help_panel=MODEL,
           help="auto (the dtype whose plain decoding steps run fastest here among those whose output passes a check "
                "against float32's: measured once per model, device and torch, cached), float32 (the exact mode), "
-               "bfloat16, float16, or q4 (CPU: the linears run on a GGUF's own 4- and 8-bit codes, in float32 "
+               "bfloat16, float16, q4 (CPU: the linears run on a GGUF's own 4- and 8-bit codes, in float32 "
                "arithmetic; the same numbers as float32 for a quantized GGUF, a lossy 4-bit quantization of "
-               "other weights)."),
+               "other weights) or q4a8 (the same codes against activations rounded to 8 bits per group of "
+               "32, multiplied in integers as llama.cpp does: faster, no longer float32's numbers)."),
     _flag("compile", str, "auto", "--compile", rich_help_panel=MODEL,
           help="Static KV caches with compiled target forwards and drafting steps (CUDA graphs on CUDA): 'on', "
                "'off', or 'auto' (on "

@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # the decoding core imports torch: options stay light for the
 
 MARGIN_MEASURES: tuple[str, ...] = ("logit-ratio", "prob-ratio")  # decoding/rules.py's measures (a test keeps them equal)
 
-QUANTIZED = "q4"  # --dtype q4: the linears on 4-bit (or 8-bit) codes, computed in float32 (decoding/quantized.py)
+# --dtype q4: the linears on 4-bit (or 8-bit) codes, computed in float32; q4a8: against 8-bit activations
+QUANTIZED_MODES = ("q4", "q4a8")  # decoding/quantized.py's ACTIVATION_BITS
 MAX_NUM_DRAFT = 64
 AUTO = "auto"
 DEFAULT_NUM_DRAFT = AUTO  # the cost model picks each round's length (decoding/cost.py)
@@ -74,14 +75,14 @@ class ModelOptions:
             settings["device_map"] = None
         flag = settings["dtype"] if dtype is None else dtype
         settings["dtype"] = "auto" if measure_dtypes else flag
-        if flag == QUANTIZED:  # float32 weights, the linears then served from their codes
-            require(not self.device_map, "--dtype q4 runs on one CPU: drop --device-map")
+        if flag in QUANTIZED_MODES:  # float32 weights, the linears then served from their codes
+            require(not self.device_map, f"--dtype {flag} runs on one CPU: drop --device-map")
             settings["dtype"] = "float32"
         loaded = load_model(self.target if spec is None else spec, **settings)
-        if flag == QUANTIZED:
+        if flag in QUANTIZED_MODES:
             from .decoding.quantized import quantize_target
 
-            quantize_target(loaded)
+            quantize_target(loaded, flag)
             return loaded
         spread = self.device_map is not None and spec is None and flag == "auto"  # unmeasured (models.py)
         if isinstance(flag, str) and (spec is None or flag != "auto") and not spread:

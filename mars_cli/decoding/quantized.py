@@ -36,7 +36,9 @@ EXACT_TOLERANCE = 1e-5
 FLOAT32_ROUNDING = 1e-6
 MAX_CODES_PER_STEP = 8  # a group's smallest step between values may span up to this many codes
 COPY_FORMAT = 1  # a stored copy's layout (install's `copy`)
-QUANTIZED = "q4"  # LoadedModel.linears for a model served from its codes
+QUANTIZED = "q4"  # LoadedModel.linears for a model served from its codes, multiplied in float32
+QUANTIZED_A8 = "q4a8"  # the same codes against 8-bit activations, multiplied in integers (llama.cpp's way)
+ACTIVATION_BITS = {QUANTIZED: 32, QUANTIZED_A8: 8}  # the quantized modes, and their inputs' bits
 
 
 @dataclass
@@ -141,6 +143,7 @@ class CodeMatrix:
     scale: torch.Tensor  # float32 [out, in / GROUP]
     offset: torch.Tensor
     bits: int
+    activations: int = 32  # the inputs' bits in the product: float32, or 8 (q4a8)
 
     @classmethod
     def of(cls, found: Codes) -> "CodeMatrix":
@@ -156,6 +159,8 @@ class CodeMatrix:
         return self.codes
 
     def product(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.activations == 8:
+            return torch.ops.mars.quantized_linear_a8(x, self.codes, self.scale, self.offset, self.bits, bias)
         return torch.ops.mars.quantized_linear(x, self.codes, self.scale, self.offset, self.bits, bias)
 
 
@@ -307,6 +312,18 @@ def remove(model: torch.nn.Module) -> None:
             del module.forward
 
 
+def use_activations(model: torch.nn.Module, mode: str) -> None:
+    """Every quantized linear of `model` multiplies its inputs as quantized mode `mode` does:
+    float32 (q4) or 8-bit (q4a8). Only the kernel changes; the codes stay where they are."""
+    bits = ACTIVATION_BITS[mode]
+    for module in model.modules():
+        forward = module.__dict__.get("forward")
+        if isinstance(forward, QuantizedLinear):
+            for matrix in forward.matrices:
+                if isinstance(matrix, CodeMatrix):
+                    matrix.activations = bits
+
+
 def installed(model: torch.nn.Module) -> bool:
     return any(isinstance(module.__dict__.get("forward"), QuantizedLinear) for module in model.modules())
 
@@ -314,26 +331,33 @@ def installed(model: torch.nn.Module) -> bool:
 COPY_NAME = "q4.safetensors"  # in a GGUF cache entry's folder of converted weights (models/loading.py)
 
 
-def quantize_target(loaded: "LoadedModel") -> Installed:
-    """`--dtype q4` for a loaded float32 model: its linears on their codes, read from the GGUF cache
-    entry's stored copy where there is one (recovering them took 10-30 s for SmolLM2-135M on 2 cores).
-    Says once when the codes are new, and every time when some are a fresh, lossy quantization."""
+def quantize_target(loaded: "LoadedModel", mode: str = QUANTIZED) -> Installed:
+    """`--dtype q4` (or `q4a8`) for a loaded float32 model: its linears on their codes, read from the
+    GGUF cache entry's stored copy where there is one (recovering them took 10-30 s for SmolLM2-135M
+    on 2 cores). Says once when the codes are new, and every time when some are a fresh, lossy
+    quantization."""
     from ..errors import UserError
     from ..notes import note
 
     if loaded.device.type != "cpu":
-        raise UserError(f"--dtype q4 runs on the CPU (its kernels are CPU kernels), not {loaded.device.type}: "
+        raise UserError(f"--dtype {mode} runs on the CPU (its kernels are CPU kernels), not {loaded.device.type}: "
                         "use --device cpu, or another --dtype")
+    if mode == QUANTIZED_A8:
+        from . import kernels
+
+        if kernels.problem() is not None:
+            raise UserError(f"--dtype {mode} needs this project's CPU kernels: {kernels.problem()}")
     copy = loaded.converted_copies / COPY_NAME if loaded.converted_copies is not None else None
     if copy is None or not copy.is_file():
         note("preparing the q4 linears" + (" once (later loads read them)" if copy is not None else ""), once=True)
     done = install(loaded.model, copy)
-    loaded.linears = QUANTIZED
+    use_activations(loaded.model, mode)
+    loaded.linears = mode
     if done.quantized == 0:
-        raise UserError(f"--dtype q4: no linear layer of {loaded.spec} can run on codes here "
+        raise UserError(f"--dtype {mode}: no linear layer of {loaded.spec} can run on codes here "
                         f"({next(iter(done.left.values()), 'none found')})")
     if done.exact < done.quantized:
-        note(f"--dtype q4: {done.quantized - done.exact} of {done.quantized} linear layers hold no quantized "
+        note(f"--dtype {mode}: {done.quantized - done.exact} of {done.quantized} linear layers hold no quantized "
              "file's codes and were quantized to 4 bits now (lossy; a quantized GGUF's codes are used exactly)",
              once=True)
     return done

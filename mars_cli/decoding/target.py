@@ -8,7 +8,9 @@ set is gathered into place first) and returns their features for the drafter.
 
 Fed rows are numbered 0 (the pending token) .. k (the last draft); draft i sits at row i + 1.
 
-Two cache modes: the default grows a `KVCache` and runs every forward eagerly; `static_cache`
+Two cache modes: the default grows a `KVCache` and runs every forward eagerly (a target whose
+linears run on this project's kernels, `--dtype q4`/`q4a8`, runs on the lean forward and its own
+growing `LeanCache` instead, decoding/lean.py); `static_cache`
 preallocates a `StaticKVCache` per scorer (reset in place for each sequence, regrown only when a
 sequence needs more room), and `compile` runs the verification forwards (widths 1 and k + 1)
 through one `torch.compile`d function (CUDA graphs on CUDA) while the prefill stays eager.
@@ -27,6 +29,7 @@ from ..errors import StaticCacheFull, UserError
 from ..notes import note
 from ..models import LoadedModel
 from .kv import KVCache, StaticCacheUnsupported, StaticKVCache, compile_forward, sliding_window, static_cache_problem
+from .lean import LeanCache, lean_forward
 from .tree import DraftTree, attention_bias
 
 FeatureLayers = tuple[int, ...]
@@ -142,7 +145,7 @@ class TargetScorer:
         self.max_length = min(x for x in (max_length, window, sys.maxsize) if x is not None)
         self.fallback = fallback
         self.sliding_window = sliding_window(target.model)  # trees are scored only within it
-        self.cache: KVCache | StaticKVCache = KVCache(target.model)
+        self.cache: KVCache | StaticKVCache | LeanCache = self._growing_cache()
         self.committed = 0  # cache positions that are final (the loop's history minus `pending`)
         self._features: torch.Tensor | None = None  # last pass's features, until `keep` reads them
         self._static: StaticKVCache | None = None
@@ -173,7 +176,7 @@ class TargetScorer:
         self.committed = 0
         self._features = None
         room = self.headroom if room is None else room
-        self.cache = self._static_cache_for(context.numel(), room) if self.static else KVCache(self.target.model)
+        self.cache = self._static_cache_for(context.numel(), room) if self.static else self._growing_cache()
         if context.numel() == 0:
             return None
         with torch.inference_mode():
@@ -211,7 +214,13 @@ class TargetScorer:
         if not self._noted:
             note(f"{problem}; such sequences decode with the growing cache, uncompiled")
             self._noted = True
-        return KVCache(self.target.model)
+        return self._growing_cache()
+
+    def _growing_cache(self) -> KVCache | LeanCache:
+        """The eager forward's cache: the lean forward's where it serves the target as its linears
+        are now (the quantized modes, decoding/lean.py), else transformers' growing one."""
+        lean = lean_forward(self.target.model)
+        return LeanCache(lean) if lean is not None else KVCache(self.target.model)
 
     def score(self, pending: torch.Tensor, tree: DraftTree, width: int, features: bool = True) -> Scored:
         """Feed `pending` ([1]) and the tree's nodes (at most width - 1) after the committed cache.

@@ -53,7 +53,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype | None:
     dtype is never measured."""
     if name == "auto":
         return None
-    require(name in DTYPES, f"--dtype {name}: expected auto, float32, bfloat16, float16 or q4")
+    require(name in DTYPES, f"--dtype {name}: expected auto, float32, bfloat16, float16, q4 or q4a8")
     if name == "bfloat16" and device.type == "cpu" and not cpu_computes_bfloat16():
         note("this CPU has no native bfloat16 instructions: --dtype bfloat16 may be slower or faster than float32 "
              "here (`mars profile --dtypes` measures both; --dtype auto chooses by that measurement)", once=True)

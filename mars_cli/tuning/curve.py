@@ -55,7 +55,10 @@ def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, 
     key = {**machine.machine_key(model_fingerprint, device), "dtype": str(dtype).replace("torch.", ""),
            "compiled": compiled, "context": context, "packed": packed}
     if linears != "dense":  # (dense keys stay as they were: their cached curves stay valid)
+        from ..decoding import kernels
+
         key["linears"] = linears
+        key["kernels"] = kernels.stamp()  # a changed kernel or lean forward costs anew
     return key
 
 

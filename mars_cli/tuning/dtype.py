@@ -36,8 +36,8 @@ from ..errors import KERNEL_FAILURES, UserError, first_line
 from ..models import DTYPES, LoadedModel
 from . import clock, curve, machine, store
 from .choice import MeasuredChoice, Provenance, announced, obtain
-from .weights import (EXACT, QUANTIZED, NotExact, Weights, codes_copy, convert,  # EXACT: the reference
-                      quantizable, torch_dtype)
+from .weights import (EXACT, QUANTIZED, QUANTIZED_A8, QUANTIZED_MODES, NotExact, Weights,  # EXACT: the reference
+                      codes_copy, convert, quantizable, torch_dtype)
 
 SCHEMA = 8  # 8: the choice protocol's entries (provisional, measured_at, busy, attempts)
 PLAIN, SPECULATIVE = "plain", "speculative"  # how the session decodes: what the choice compares
@@ -68,10 +68,11 @@ def candidates(device: torch.device, quantizable: bool = False) -> tuple[str, ..
     """The dtypes `auto` chooses from: float32 and bfloat16; float16 too off the CPU (a CPU's float16
     matrix kernels are seldom its fastest, and its range is float16's risk); q4 on a CPU for a model
     read from a GGUF file where the q4 kernel is built (`quantizable`): its codes give float32's
-    numbers (decoding/quantized.py), so it is checked and timed like the others."""
+    numbers (decoding/quantized.py), so it is checked and timed like the others; and there q4a8,
+    the same codes against 8-bit activations, which must pass the same check as bfloat16."""
     if device.type != "cpu":
         return (EXACT, "bfloat16", "float16")
-    return (EXACT, "bfloat16", QUANTIZED) if quantizable else (EXACT, "bfloat16")
+    return (EXACT, "bfloat16", QUANTIZED, QUANTIZED_A8) if quantizable else (EXACT, "bfloat16")
 
 
 def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = False, packed: bool = False,
@@ -83,6 +84,10 @@ def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = 
            "decoding": SPECULATIVE if speculative else PLAIN, "packed": packed}
     if speculative:
         key["acceptance"] = default_acceptance(model_fingerprint).key()
+    if quantizable:
+        from ..decoding import kernels
+
+        key["kernels"] = kernels.stamp()  # the quantized modes' speed is the kernels'
     return key
 
 
@@ -207,7 +212,7 @@ class DtypeMeasurement(MeasuredChoice[DtypeChoice]):
 def _candidate(entry: dict) -> Candidate | None:
     """One cached candidate, or None when a field is missing, mistyped or implausible."""
     dtype, usable, ms = entry["dtype"], entry["usable"], entry["ms_per_step"]
-    if (dtype not in DTYPES and dtype != QUANTIZED) or not isinstance(usable, bool):
+    if (dtype not in DTYPES and dtype not in QUANTIZED_MODES) or not isinstance(usable, bool):
         return None
     if ms is not None and not store.plausible_times(ms):  # (a usable one cut short before its timing: None)
         return None
@@ -365,7 +370,7 @@ def speculative_cost(target: LoadedModel, name: str, plain_ms: float,
 
     loaded_as, linears = target.dtype, target.linears
     target.dtype = torch_dtype(name)  # the curve's key, and the attention masks' dtype
-    target.linears = QUANTIZED if name == QUANTIZED else "dense"  # the curve's key too
+    target.linears = name if name in QUANTIZED_MODES else "dense"  # the curve's key too
     try:
         found = curve.measured_curve(TargetScorer(target), cost.ESTIMATE_WIDTHS, fresh=fresh, announce=False)
     finally:

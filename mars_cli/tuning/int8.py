@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..decoding import packing, quantized
-from ..decoding.quantized import QUANTIZED
+from ..decoding.quantized import ACTIVATION_BITS
 from ..decoding.kv import KVCache
 from ..errors import UserError
 from ..head.int8 import Int8Forward, eligible, install, problem, remove
@@ -82,12 +82,14 @@ def settle(head: torch.nn.Module, target, mode: str, compiled: bool = False) -> 
     if mode == "off":
         remove(head)
         return Int8Choice(False, problem="--int8-head off")
-    if getattr(target, "linears", "dense") == QUANTIZED:  # the head's linears on codes too (8-bit: drafts only)
+    linears = getattr(target, "linears", "dense")
+    if linears in ACTIVATION_BITS:  # the head's linears on codes too (8-bit: drafts only)
         if mode == "on":
-            raise UserError("--int8-head on: under --dtype q4 the head's linears run on 8-bit codes")
+            raise UserError(f"--int8-head on: under --dtype {linears} the head's linears run on 8-bit codes")
         remove(head)
         quantized.install(head, fresh_levels=quantized.LEVELS_INT8, search=False)  # a head's weights are floats
-        return Int8Choice(False, problem="--dtype q4: the head's linears run on 8-bit codes")
+        quantized.use_activations(head, linears)
+        return Int8Choice(False, problem=f"--dtype {linears}: the head's linears run on 8-bit codes")
     why = "a compiled drafter is left to torch.compile" if compiled else problem(head)
     if why is not None:
         if mode == "on":

@@ -12,11 +12,13 @@ from ..models import DTYPES, LoadedModel, convert_weights, kept_in_float32
 
 EXACT = "float32"  # the dtype models are loaded in for measuring, and switched back to
 QUANTIZED = quantized.QUANTIZED  # q4: float32 weights, the linears served from their codes
+QUANTIZED_A8 = quantized.QUANTIZED_A8  # q4a8: the same codes against 8-bit activations
+QUANTIZED_MODES = tuple(quantized.ACTIVATION_BITS)
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """The dtype a candidate's weights and activations are held in (q4's: float32)."""
-    return torch.float32 if name == QUANTIZED else DTYPES[name]
+    """The dtype a candidate's weights and activations are held in (the quantized modes': float32)."""
+    return torch.float32 if name in QUANTIZED_MODES else DTYPES[name]
 
 
 def quantizable(target: LoadedModel) -> bool:
@@ -39,9 +41,9 @@ class NotExact(RuntimeError):
 def convert(target: LoadedModel, name: str) -> None:
     """`target`'s weights in dtype `name` from now on (in place: loaded once; a GGUF's converted copy
     read where one is stored, models.convert_weights; q4: the linears on their codes, stored there too)."""
-    if name == QUANTIZED:
+    if name in QUANTIZED_MODES:
         convert(target, EXACT)
-        quantized.quantize_target(target)
+        quantized.quantize_target(target, name)
         return
     if DTYPES[name] != target.dtype:
         convert_weights(target, DTYPES[name])
@@ -63,10 +65,10 @@ class Weights:
     def use(self, name: str) -> None:
         if name == self.current:
             return
-        if self.current == QUANTIZED:
+        if self.current in QUANTIZED_MODES:
             quantized.remove(self.model)
             self.current = EXACT
-        if name == QUANTIZED:  # the float32 weights, with the linears served from their codes
+        if name in QUANTIZED_MODES:  # the float32 weights, with the linears served from their codes
             self.use(EXACT)
             if self.served is None:  # built once (a switch is timed with the steps it precedes)
                 done = quantized.install(self.model, self.codes)
@@ -75,9 +77,10 @@ class Weights:
                 self.exact = done.quantized > 0 and done.exact == done.quantized
             for layer, forward in self.served.items():
                 layer.forward = forward
-            self.current = QUANTIZED
+            quantized.use_activations(self.model, name)
+            self.current = name
             if not self.exact:
-                raise NotExact("its linears are no quantized file's codes (q4 would quantize them afresh)")
+                raise NotExact(f"its linears are no quantized file's codes ({name} would quantize them afresh)")
             return
         if name not in self.copies:
             dtype, kept = DTYPES[name], kept_in_float32(self.model, DTYPES[name])

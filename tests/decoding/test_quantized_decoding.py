@@ -21,14 +21,15 @@ def tokens(capsys, *args: str) -> tuple[list[int], dict]:
     return payload["token_ids"], payload
 
 
+@pytest.mark.parametrize("mode", ["q4", "q4a8"])
 @pytest.mark.parametrize("shape", [("--draft-topk", "1"), ("--draft-topk", "3", "--draft-tokens", "8")])
-def test_strict_verification_in_q4_reproduces_q4_plain_greedy(capsys, tiny_dir, cache, shape):
+def test_strict_verification_in_a_quantized_mode_reproduces_its_plain_greedy(capsys, tiny_dir, cache, shape, mode):
     prompt = "abc abc abc ab"
-    plain, payload = tokens(capsys, prompt, "--target", str(tiny_dir), "--dtype", "q4", "--draft", "none",
+    plain, payload = tokens(capsys, prompt, "--target", str(tiny_dir), "--dtype", mode, "--draft", "none",
                             "-n", "24")
-    assert payload["config"]["dtype"] == "q4"
-    assert payload["tuning"]["packed_weights"]["problem"] == "--dtype q4 runs the linears on their codes"
-    drafted, payload = tokens(capsys, prompt, "--target", str(tiny_dir), "--dtype", "q4", "--draft", "ngram",
+    assert payload["config"]["dtype"] == mode
+    assert payload["tuning"]["packed_weights"]["problem"] == f"--dtype {mode} runs the linears on their codes"
+    drafted, payload = tokens(capsys, prompt, "--target", str(tiny_dir), "--dtype", mode, "--draft", "ngram",
                               "--verify", "strict", "--num-draft", "4", *shape, "-n", "24")
     assert drafted == plain and payload["stats"]["drafted"] > 0
 
@@ -39,7 +40,7 @@ def test_q4_of_float_weights_says_it_is_lossy(capsys, tiny_dir, cache):
     assert code == 0 and "quantized to 4 bits now (lossy" in err
 
 
-@pytest.mark.parametrize("flags, message", [(("--dtype", "q5"), "expected auto, float32, bfloat16, float16 or q4"),
+@pytest.mark.parametrize("flags, message", [(("--dtype", "q5"), "expected auto, float32, bfloat16, float16, q4 or q4a8"),
                                             (("--dtype", "q4", "--packed-weights", "on"), "runs the linears on their codes")])
 def test_bad_q4_requests_get_one_line(capsys, tiny_dir, cache, flags, message):
     code, out, err = run_cli(capsys, "generate", "abc", "--target", str(tiny_dir), "--device", "cpu", *flags, "-n", "4")

@@ -50,9 +50,9 @@ def gguf_like(tmp_path_factory, monkeypatch):
 
 
 def test_q4_is_a_candidate_and_wins_when_fastest(gguf_like, probe):  # noqa: F811
-    fake = probe(float32=[10.0], bfloat16=[8.0], q4=[3.0])
+    fake = probe(float32=[10.0], bfloat16=[8.0], q4=[3.0], q4a8=[3.5])
     loaded = auto(gguf_like)
-    assert fake.asked == [["float32", "bfloat16", "q4"]]
+    assert fake.asked == [["float32", "bfloat16", "q4", "q4a8"]]
     assert loaded.dtype_choice.chosen == "q4" and loaded.precision == "q4" and loaded.dtype == torch.float32
     assert quantized.installed(loaded.model)
     ids = torch.tensor([[3, 4, 5, 6, 7, 8, 9]])
@@ -62,12 +62,23 @@ def test_q4_is_a_candidate_and_wins_when_fastest(gguf_like, probe):  # noqa: F81
         assert torch.allclose(served, loaded.model(ids).logits, rtol=1e-4, atol=1e-4)  # the file's own numbers
 
 
+def test_q4a8_wins_when_fastest_and_its_linears_take_8_bit_activations(gguf_like, probe):  # noqa: F811
+    probe(float32=[10.0], bfloat16=[8.0], q4=[3.0], q4a8=[2.0])
+    loaded = auto(gguf_like)
+    verdicts = {c.dtype: c for c in loaded.dtype_choice.candidates}
+    assert verdicts["q4a8"].usable and verdicts["q4a8"].agreement >= tuning_dtype.MIN_AGREEMENT
+    assert loaded.dtype_choice.chosen == "q4a8" and loaded.precision == "q4a8"
+    forwards = [m.__dict__["forward"] for m in loaded.model.modules() if "forward" in m.__dict__]
+    assert forwards and all(matrix.activations == 8 for f in forwards for matrix in f.matrices)
+
+
 def test_weights_that_are_no_files_codes_are_refused(tiny_dir, probe, monkeypatch):  # noqa: F811
     monkeypatch.setattr(tuning_dtype, "quantizable", lambda target: True)
-    probe(float32=[10.0], bfloat16=[8.0], q4=[3.0])
+    probe(float32=[10.0], bfloat16=[8.0], q4=[3.0], q4a8=[2.0])
     loaded = auto(tiny_dir)
     verdicts = {c.dtype: c for c in loaded.dtype_choice.candidates}
     assert not verdicts["q4"].usable and "no quantized file's codes" in verdicts["q4"].problem
+    assert not verdicts["q4a8"].usable and "no quantized file's codes" in verdicts["q4a8"].problem
     assert loaded.dtype_choice.chosen == "bfloat16" and not quantized.installed(loaded.model)
 
 
@@ -76,14 +87,14 @@ def test_the_real_probe_times_q4_and_leaves_float32_weights(gguf_like):
 
     target = load_model(str(gguf_like), device="cpu", dtype="float32")
     with tuning_weights.Weights(target.model) as weights:
-        ms = tuning_dtype.time_steps(target, weights.use, ["float32", "q4"])
-        assert quantized.installed(target.model) == (weights.current == "q4")
-    assert set(ms) == {"float32", "q4"} and all(v > 0 for values in ms.values() for v in values)
+        ms = tuning_dtype.time_steps(target, weights.use, ["float32", "q4", "q4a8"])
+        assert quantized.installed(target.model) == (weights.current in ("q4", "q4a8"))
+    assert set(ms) == {"float32", "q4", "q4a8"} and all(v > 0 for values in ms.values() for v in values)
     assert not quantized.installed(target.model)
     assert {p.dtype for p in target.model.parameters()} == {torch.float32}
 
 
 def test_q4_is_offered_only_for_a_gguf_on_a_cpu_with_the_kernel(tiny_target):
     assert not tuning_dtype.quantizable(tiny_target)  # a model directory: no file's codes to expect
-    assert tuning_dtype.candidates(torch.device("cpu"), True) == ("float32", "bfloat16", "q4")
-    assert "q4" not in tuning_dtype.candidates(torch.device("cuda"), True)
+    assert tuning_dtype.candidates(torch.device("cpu"), True) == ("float32", "bfloat16", "q4", "q4a8")
+    assert not {"q4", "q4a8"} & set(tuning_dtype.candidates(torch.device("cuda"), True))

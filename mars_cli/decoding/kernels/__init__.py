@@ -1,4 +1,5 @@
-"""This project's own CPU kernel (quantized_linear.cpp), built once per source and torch version
+"""This project's own CPU kernels (quantized_linear.cpp: the q4 and q4a8 products; layer_ops.cpp:
+the lean forward's norms, attention and gating), built once per source and torch version
 with torch's extension builder into `$MARS_KERNELS` (default `<cache>/kernels`), then loaded as a
 library: `make setup` builds it, a first `--dtype q4` builds it if it is missing.
 
@@ -19,16 +20,24 @@ import torch
 
 from ...paths import cache_dir
 
-SOURCE = Path(__file__).with_name("quantized_linear.cpp")
+SOURCES = [Path(__file__).with_name(name) for name in ("quantized_linear.cpp", "layer_ops.cpp")]
+HEADERS = [Path(__file__).with_name("simd.h")]
 NAME = "mars_quantized_linear"
 FLAGS = ["-O3", "-mavx2", "-mfma", "-std=c++17", "-fopenmp"]  # OpenMP: at::parallel_for's threads
+
+
+@lru_cache(maxsize=1)
+def stamp() -> str:
+    """The kernels' identity: their source text, flags and torch version. Measurements of forwards
+    on them (cost curves, `--dtype auto`) are keyed by it, so a changed kernel is measured anew."""
+    text = b"".join(source.read_bytes() for source in SOURCES + HEADERS) + " ".join(FLAGS).encode()
+    return hashlib.sha256(text + torch.__version__.encode()).hexdigest()[:16]
 
 
 def build_dir() -> Path:
     """One folder per source text, flags and torch version: a changed kernel or torch builds anew."""
     base = Path(os.environ["MARS_KERNELS"]).expanduser() if os.environ.get("MARS_KERNELS") else cache_dir() / "kernels"
-    stamp = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + torch.__version__.encode())
-    return base / f"{NAME}-{stamp.hexdigest()[:16]}"
+    return base / f"{NAME}-{stamp()}"
 
 
 def cpu_problem() -> str | None:
@@ -51,7 +60,7 @@ def built() -> bool:
 
 @lru_cache(maxsize=1)
 def problem() -> str | None:
-    """Why the kernel is not usable here (built now if missing), or None once it is loaded."""
+    """Why the kernels are not usable here (built now if missing), or None once they are loaded."""
     why = cpu_problem()
     if why is not None:
         return why
@@ -83,7 +92,7 @@ def build() -> Path:
         if library.is_file():  # built by the other process while this one waited
             torch.ops.load_library(str(library))
         else:
-            load(name=NAME, sources=[str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"],
+            load(name=NAME, sources=[str(source) for source in SOURCES], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"],
                  build_directory=str(folder), is_python_module=False, verbose=False)
     return library
 

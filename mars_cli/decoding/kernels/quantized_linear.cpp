@@ -18,21 +18,20 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "simd.h"
+
 namespace {
+
+using mars_simd::dot;
+using mars_simd::horizontal_sum;
 
 constexpr int64_t kGroup = 32;
 constexpr int64_t kRowsPerPass = 8;  // rows of x that share one group's converted codes (8 FMA chains)
-
-inline float horizontal_sum(__m256 v) {
-  __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-  sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
-  return _mm_cvtss_f32(sum);
-}
 
 // One group's 32 codes as four vectors of eight floats, in weight order.
 template <int Bits>
@@ -61,6 +60,7 @@ inline void pass(const float* x, int64_t K, const uint8_t* codes, const float* s
   constexpr int64_t bytes_per_group = kGroup * Bits / 8;
   __m256 acc[Rows];
   for (int r = 0; r < Rows; ++r) acc[r] = _mm256_setzero_ps();
+  __m256 second = _mm256_setzero_ps();  // one row's second chain
   for (int64_t g = 0; g < groups; ++g) {
     __m256 w[4];
     group_codes<Bits>(codes + g * bytes_per_group, w);
@@ -69,7 +69,8 @@ inline void pass(const float* x, int64_t K, const uint8_t* codes, const float* s
     if constexpr (Rows == 1) {  // one row: scale the group's dot product, not its codes (fewer operations)
       const __m256 even = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xg + 16), _mm256_mul_ps(w[0], _mm256_loadu_ps(xg)));
       const __m256 odd = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xg + 24), _mm256_mul_ps(w[1], _mm256_loadu_ps(xg + 8)));
-      acc[0] = _mm256_fmadd_ps(s, _mm256_add_ps(even, odd), acc[0]);
+      second = _mm256_fmadd_ps(s, _mm256_add_ps(even, odd), second);  // alternate groups: two chains
+      std::swap(acc[0], second);
       continue;
     }
     for (int i = 0; i < 4; ++i) w[i] = _mm256_mul_ps(w[i], s);
@@ -81,6 +82,7 @@ inline void pass(const float* x, int64_t K, const uint8_t* codes, const float* s
       acc[r] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xr + 24), acc[r]);
     }
   }
+  acc[0] = _mm256_add_ps(acc[0], second);
   for (int r = 0; r < Rows; ++r) out[r] = horizontal_sum(acc[r]);
 }
 
@@ -108,10 +110,7 @@ void outputs(const float* x, const float* x_sums, const uint8_t* codes, const fl
         default: pass<Bits, 1>(xs, K, row_codes, row_scale, groups, sums); break;
       }
       for (int64_t r = 0; r < rows; ++r) {
-        const float* group_sums = x_sums + (first + r) * groups;
-        float offsets = 0.f;
-        for (int64_t g = 0; g < groups; ++g) offsets += row_offset[g] * group_sums[g];
-        y[(first + r) * N + n] = sums[r] + offsets;
+        y[(first + r) * N + n] = sums[r] + dot(row_offset, x_sums + (first + r) * groups, groups);
       }
     }
   }
@@ -161,10 +160,189 @@ at::Tensor quantized_linear(const at::Tensor& x, const at::Tensor& codes, const 
   return y.view(out_shape);
 }
 
+
+// ---- q4a8: the same codes against 8-bit activations, multiplied in integers (llama.cpp's way) ----
+//
+// Each group of 32 inputs of a row of x becomes int8 codes a_j with one scale d_a = max|x| / 127.
+// Then sum_j (offset + scale q_j) x_j ~= scale d_a sum_j q_j a_j + offset sum_j x_j: the integer
+// dot product is _mm256_maddubs_epi16 (unsigned 4-bit codes times signed activations; 8-bit codes are
+// moved to -128..127 first and the sign trick makes them unsigned), a quarter of the float path's
+// instructions. The offsets still multiply the exact float group sums of x.
+
+struct QuantizedRows {
+  std::vector<int8_t> codes;   // [M, K]
+  std::vector<float> scales;   // [M, K / 32]
+  std::vector<float> sums;     // [M, K / 32]: each group's float sum of x
+};
+
+QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K) {
+  const int64_t groups = K / kGroup;
+  QuantizedRows rows{std::vector<int8_t>(M * K), std::vector<float>(M * groups), std::vector<float>(M * groups)};
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  for (int64_t i = 0; i < M * groups; ++i) {
+    const float* xg = x + i * kGroup;
+    __m256 v[4];
+    __m256 peak = _mm256_setzero_ps();
+    __m256 total = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(xg + 8 * j);
+      peak = _mm256_max_ps(peak, _mm256_andnot_ps(sign_bit, v[j]));
+      total = _mm256_add_ps(total, v[j]);
+    }
+    __m128 top = _mm_max_ps(_mm256_castps256_ps128(peak), _mm256_extractf128_ps(peak, 1));
+    top = _mm_max_ps(top, _mm_movehl_ps(top, top));
+    top = _mm_max_ss(top, _mm_movehdup_ps(top));
+    const float amax = _mm_cvtss_f32(top);
+    const float scale = amax / 127.f;
+    const __m256 inverse = _mm256_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j) {
+      q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], inverse));  // rounds to nearest (MXCSR's default)
+    }
+    // 32 int32 -> 32 int8, in order (packs interleave 128-bit lanes: permute back)
+    const __m256i pair0 = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i pair1 = _mm256_packs_epi32(q[2], q[3]);
+    __m256i bytes = _mm256_packs_epi16(pair0, pair1);
+    bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(rows.codes.data() + i * kGroup), bytes);
+    rows.scales[i] = scale;
+    rows.sums[i] = horizontal_sum(total);
+  }
+  return rows;
+}
+
+// One group's 32 weight codes as 32 bytes in weight order: unsigned 0..15, or (8 bits) signed c - 128.
+template <int Bits>
+inline __m256i group_bytes(const uint8_t* bytes) {
+  if constexpr (Bits == 4) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i low = _mm_and_si128(packed, mask);
+    const __m128i high = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
+    return _mm256_set_m128i(high, low);
+  } else {
+    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
+    return _mm256_xor_si256(codes, _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+}
+
+// sum_j w_j a_j of one group as eight int32 lanes.
+template <int Bits>
+inline __m256i group_dot(__m256i w, __m256i a) {
+  __m256i pairs;
+  if constexpr (Bits == 4) {
+    pairs = _mm256_maddubs_epi16(w, a);  // w unsigned (0..15), a signed
+  } else {
+    pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));  // |w| times a with w's sign
+  }
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+template <int Bits, int Rows>
+inline void pass_a8(const QuantizedRows& rows, int64_t first, int64_t K, const uint8_t* codes, const float* scale,
+                    int64_t groups, float* out) {
+  constexpr int64_t bytes_per_group = kGroup * Bits / 8;
+  __m256 acc[Rows];
+  for (int r = 0; r < Rows; ++r) acc[r] = _mm256_setzero_ps();
+  const int8_t* a = rows.codes.data() + first * K;
+  const float* a_scale = rows.scales.data() + first * groups;
+  int64_t g = 0;
+  if constexpr (Rows == 1) {  // one row: two groups a step, two chains
+    __m256 second = _mm256_setzero_ps();
+    for (; g + 2 <= groups; g += 2) {
+      const __m256i w0 = group_bytes<Bits>(codes + g * bytes_per_group);
+      const __m256i w1 = group_bytes<Bits>(codes + (g + 1) * bytes_per_group);
+      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + g * kGroup));
+      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + (g + 1) * kGroup));
+      acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(scale[g] * a_scale[g]), _mm256_cvtepi32_ps(group_dot<Bits>(w0, a0)), acc[0]);
+      second = _mm256_fmadd_ps(_mm256_set1_ps(scale[g + 1] * a_scale[g + 1]),
+                               _mm256_cvtepi32_ps(group_dot<Bits>(w1, a1)), second);
+    }
+    acc[0] = _mm256_add_ps(acc[0], second);
+  }
+  for (; g < groups; ++g) {
+    const __m256i w = group_bytes<Bits>(codes + g * bytes_per_group);
+    for (int r = 0; r < Rows; ++r) {
+      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * K + g * kGroup));
+      const __m256 dot = _mm256_cvtepi32_ps(group_dot<Bits>(w, av));
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(scale[g] * a_scale[r * groups + g]), dot, acc[r]);
+    }
+  }
+  for (int r = 0; r < Rows; ++r) out[r] = horizontal_sum(acc[r]);
+}
+
+template <int Bits>
+void outputs_a8(const QuantizedRows& rows, const uint8_t* codes, const float* scale, const float* offset, float* y,
+                int64_t M, int64_t N, int64_t K, int64_t begin, int64_t end) {
+  const int64_t groups = K / kGroup;
+  const int64_t bytes_per_group = kGroup * Bits / 8;
+  constexpr int64_t kRows = 4;
+  float sums[kRows];
+  for (int64_t n = begin; n < end; ++n) {
+    const uint8_t* row_codes = codes + n * groups * bytes_per_group;
+    const float* row_scale = scale + n * groups;
+    const float* row_offset = offset + n * groups;
+    for (int64_t first = 0; first < M; first += kRows) {
+      const int64_t count = std::min(kRows, M - first);
+      switch (count) {
+        case 4: pass_a8<Bits, 4>(rows, first, K, row_codes, row_scale, groups, sums); break;
+        case 3: pass_a8<Bits, 3>(rows, first, K, row_codes, row_scale, groups, sums); break;
+        case 2: pass_a8<Bits, 2>(rows, first, K, row_codes, row_scale, groups, sums); break;
+        default: pass_a8<Bits, 1>(rows, first, K, row_codes, row_scale, groups, sums); break;
+      }
+      for (int64_t r = 0; r < count; ++r) {
+        const float* group_sums = rows.sums.data() + (first + r) * groups;
+        float offsets = dot(row_offset, group_sums, groups);
+        if constexpr (Bits == 8) offsets += 128.f * dot(row_scale, group_sums, groups);  // codes moved down by 128
+        y[(first + r) * N + n] = sums[r] + offsets;
+      }
+    }
+  }
+}
+
+at::Tensor quantized_linear_a8(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale,
+                               const at::Tensor& offset, int64_t bits, const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(bits == 4 || bits == 8, "quantized_linear_a8: bits must be 4 or 8");
+  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat, "quantized_linear_a8: x must be float32");
+  TORCH_CHECK(codes.scalar_type() == at::kByte && scale.scalar_type() == at::kFloat &&
+                  offset.scalar_type() == at::kFloat,
+              "quantized_linear_a8: uint8 codes and float32 scales and offsets");
+  const int64_t K = x.size(-1), N = codes.size(0);
+  const at::Tensor input = x.reshape({-1, K}).contiguous();
+  const int64_t M = input.size(0);
+  TORCH_CHECK(K % kGroup == 0, "quantized_linear_a8: the input width must be a multiple of 32");
+  TORCH_CHECK(codes.size(1) * 8 == K * bits && scale.size(0) == N && scale.size(1) == K / kGroup &&
+                  offset.sizes() == scale.sizes(),
+              "quantized_linear_a8: codes, scales and offsets do not match the input width");
+  TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && offset.is_contiguous(),
+              "quantized_linear_a8: contiguous codes, scales and offsets");
+  const QuantizedRows rows = quantize_rows(input.data_ptr<float>(), M, K);
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = N;
+  at::Tensor y = at::empty({M, N}, input.options());
+  const uint8_t* code_data = codes.data_ptr<uint8_t>();
+  const float* scale_data = scale.data_ptr<float>();
+  const float* offset_data = offset.data_ptr<float>();
+  float* y_data = y.data_ptr<float>();
+  at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
+    if (bits == 4) {
+      outputs_a8<4>(rows, code_data, scale_data, offset_data, y_data, M, N, K, begin, end);
+    } else {
+      outputs_a8<8>(rows, code_data, scale_data, offset_data, y_data, M, N, K, begin, end);
+    }
+  });
+  if (bias.has_value()) y.add_(*bias);
+  return y.view(out_shape);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(mars, m) {
   m.def("quantized_linear(Tensor x, Tensor codes, Tensor scale, Tensor offset, int bits, Tensor? bias) -> Tensor");
+  m.def("quantized_linear_a8(Tensor x, Tensor codes, Tensor scale, Tensor offset, int bits, Tensor? bias) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(mars, CPU, m) { m.impl("quantized_linear", &quantized_linear); }
+TORCH_LIBRARY_IMPL(mars, CPU, m) {
+  m.impl("quantized_linear", &quantized_linear);
+  m.impl("quantized_linear_a8", &quantized_linear_a8);
+}

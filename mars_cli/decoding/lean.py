@@ -1,0 +1,232 @@
+"""A lean forward for Llama-family targets on the CPU, with its own preallocated cache.
+
+A q4 decoding step of SmolLM2-135M spent about as long in transformers' eager forward around the
+linears (dozens of small operations a layer, a cache that concatenates every step, masks built
+per call) as in the linears themselves (docs/benchmarks.md). This forward does the same
+arithmetic with the fewest operations: q, k and v in one quantized product, gate and up in
+another, rotary embeddings on q and k together, keys and values written into a preallocated
+cache, one `scaled_dot_product_attention` a layer. It serves the quantized modes (`--dtype q4`,
+`q4a8`), where the linears are already ours; dense modes keep transformers' forward, whose
+float32 tokens the CI baseline pins.
+
+Supported: Llama, Mistral and Qwen2 configurations without sliding windows (rms norms, rotary
+embeddings, grouped-query attention, a SiLU-gated MLP, optional q/k/v biases). `problem(model)`
+says why another model keeps transformers' forward.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..models import text_config
+from .quantized import CodeMatrix, QuantizedLinear
+
+SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
+CACHE_BLOCK = 256  # the cache grows in whole blocks: few reallocations over a sequence
+
+
+def problem(model: torch.nn.Module) -> str | None:
+    """Why `model` cannot run on the lean forward (one phrase), or None."""
+    config = text_config(model)
+    kind = getattr(config, "model_type", None)
+    if kind not in SUPPORTED_TYPES:
+        return f"the lean forward serves {', '.join(SUPPORTED_TYPES)} models, not {kind}"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"the lean forward computes SiLU-gated MLPs, not {config.hidden_act}"
+    window = getattr(config, "sliding_window", None)
+    if window and getattr(config, "use_sliding_window", kind != "qwen2"):
+        return "the lean forward does not serve sliding-window attention"
+    if next(model.parameters()).device.type != "cpu":
+        return "the lean forward runs on the CPU"
+    return None
+
+
+def fused(projections: Sequence[torch.nn.Linear]) -> QuantizedLinear | None:
+    """One quantized product computing `projections` side by side (their outputs concatenated),
+    or None where one of them does not run on this project's kernel with the others' bits."""
+    forwards = [projection.__dict__.get("forward") for projection in projections]
+    if not all(isinstance(f, QuantizedLinear) and len(f.matrices) == 1 and isinstance(f.matrices[0], CodeMatrix)
+               for f in forwards):
+        return None
+    matrices = [f.matrices[0] for f in forwards]
+    if len({(m.bits, m.activations) for m in matrices}) != 1:
+        return None
+    matrix = CodeMatrix(torch.cat([m.codes for m in matrices]), torch.cat([m.scale for m in matrices]),
+                        torch.cat([m.offset for m in matrices]), matrices[0].bits, matrices[0].activations)
+    biases = [f.bias for f in forwards]
+    if all(b is None for b in biases):
+        bias = None
+    else:
+        bias = torch.cat([b if b is not None else torch.zeros(p.out_features) for b, p in zip(biases, projections)])
+    return QuantizedLinear([matrix], bias, all(f.exact for f in forwards), forwards[0].levels)
+
+
+@dataclass
+class Layer:
+    """One decoder layer's parts as the lean forward reads them."""
+
+    input_norm: torch.Tensor
+    qkv: QuantizedLinear
+    output: torch.nn.Module  # o_proj (its forward is quantized)
+    post_norm: torch.Tensor
+    gate_up: QuantizedLinear
+    down: torch.nn.Module
+
+
+class LeanForward:
+    """The target's forward, for a model whose linears all run on this project's kernel."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        config = text_config(model)
+        self.model = model
+        inner = model.model
+        self.embed = inner.embed_tokens
+        self.rotary = inner.rotary_emb
+        self.norm = inner.norm
+        self.head = model.lm_head
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps = float(config.rms_norm_eps)
+        self.layers: list[Layer] = []
+        for layer in inner.layers[: config.num_hidden_layers]:
+            attention, mlp = layer.self_attn, layer.mlp
+            qkv = fused([attention.q_proj, attention.k_proj, attention.v_proj])
+            gate_up = fused([mlp.gate_proj, mlp.up_proj])
+            if qkv is None or gate_up is None:
+                raise ValueError("the lean forward needs every linear on this project's kernel")
+            self.layers.append(Layer(layer.input_layernorm.weight, qkv, attention.o_proj,
+                                     layer.post_attention_layernorm.weight, gate_up, mlp.down_proj))
+        self.signature = signature(model)
+
+    def __call__(self, ids: torch.Tensor, cache: "LeanCache", positions: torch.Tensor, mask: torch.Tensor | None,
+                 hidden: bool) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Feed `ids` ([1, n]) at `positions` ([1, n]) after the cache's rows; `mask`: a float bias
+        [1, 1, n, past + n] (None: causal). Returns the logits [1, n, V] and, with `hidden`, the
+        hidden states as transformers lists them (the embeddings, each layer's output, the last
+        one normed)."""
+        width = ids.shape[1]
+        past = cache.length
+        cache.reserve(past + width)
+        ops = torch.ops.mars
+        x = self.embed(ids)[0]  # [n, hidden]
+        states = [x[None]] if hidden else None
+        cos, sin = self.rotary(x[None], positions)
+        if mask is not None:
+            mask = mask.reshape(width, -1)[:, : past + width].contiguous()
+        for index, layer in enumerate(self.layers):
+            qkv = layer.qkv(ops.rms_norm(x, layer.input_norm, self.eps))
+            attended = ops.attend(qkv, cos, sin, cache.keys[index], cache.values[index], past, self.heads,
+                                  self.kv_heads, mask)
+            x = x + layer.output(attended)
+            x = x + layer.down(ops.silu_mul(layer.gate_up(ops.rms_norm(x, layer.post_norm, self.eps))))
+            if states is not None:
+                states.append(x[None])
+        cache.length = past + width
+        x = ops.rms_norm(x, self.norm.weight, self.eps)
+        if states is not None:
+            states[-1] = x[None]
+        return self.head(x)[None], states
+
+
+class LeanCache:
+    """The lean forward's keys and values: [layers] of [1, kv heads, capacity, head dim] tensors,
+    the first `length` rows in use. Grows in blocks; `truncate` and `keep` as `kv.KVCache`."""
+
+    def __init__(self, lean: LeanForward) -> None:
+        self.lean = lean
+        self.length = 0
+        self.capacity = 0
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+
+    def __len__(self) -> int:
+        return self.length
+
+    def reserve(self, needed: int) -> None:
+        """Room for `needed` rows, keeping the rows in use."""
+        if needed <= self.capacity:
+            return
+        capacity = -(-needed // CACHE_BLOCK) * CACHE_BLOCK
+        lean = self.lean
+        shape = (1, lean.kv_heads, capacity, lean.head_dim)
+        grown_keys, grown_values = [], []
+        for index in range(len(lean.layers)):
+            keys, values = torch.empty(shape), torch.empty(shape)
+            if self.length:
+                keys[:, :, : self.length] = self.keys[index][:, :, : self.length]
+                values[:, :, : self.length] = self.values[index][:, :, : self.length]
+            grown_keys.append(keys)
+            grown_values.append(values)
+        self.keys, self.values, self.capacity = grown_keys, grown_values, capacity
+
+    def forward(self, input_ids: torch.Tensor, hidden: bool = False, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> "LeanOutput":
+        """As `kv.KVCache.forward`: `input_ids` [1, n] after the cached rows."""
+        if position_ids is None:
+            position_ids = torch.arange(self.length, self.length + input_ids.shape[1])[None]
+        logits, states = self.lean(input_ids, self, position_ids, attention_mask, hidden)
+        return LeanOutput(logits, states)
+
+    def truncate(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+    def keep(self, indices: Sequence[int] | torch.Tensor) -> None:
+        """Exactly the rows `indices` (ascending), in that order: the rows after the longest kept
+        prefix are gathered into place, in every layer."""
+        indices = torch.as_tensor(indices, dtype=torch.long)
+        count = indices.numel()
+        if count and (not bool((indices[1:] > indices[:-1]).all()) or int(indices[-1]) >= self.length):
+            raise ValueError("keep: indices must be ascending positions inside the cache")
+        in_place = indices == torch.arange(count)
+        prefix = int(in_place.long().cumprod(0).sum())
+        if prefix < count:
+            sources = indices[prefix:]
+            for tensors in (self.keys, self.values):
+                for tensor in tensors:
+                    tensor[:, :, prefix:count] = tensor.index_select(2, sources)
+        self.length = count
+
+
+@dataclass
+class LeanOutput:
+    """What `LeanCache.forward` returns: the fields of a transformers output the scorer reads."""
+
+    logits: torch.Tensor
+    hidden_states: list[torch.Tensor] | None
+
+
+def signature(model: torch.nn.Module) -> tuple:
+    """The identity of the model's quantized forwards and their activations' bits: a lean forward
+    built on others is stale."""
+    found = []
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            forward = module.__dict__.get("forward")
+            bits = tuple(getattr(m, "activations", None) for m in getattr(forward, "matrices", ()))
+            found.append((id(forward), bits))
+    return tuple(found)
+
+
+_built: "weakref.WeakKeyDictionary[torch.nn.Module, LeanForward]" = weakref.WeakKeyDictionary()
+
+
+def lean_forward(model: torch.nn.Module) -> LeanForward | None:
+    """The lean forward for `model` as its linears are now, or None where it does not apply (a
+    dense model, or one `problem` names). Built once per set of quantized forwards."""
+    current = _built.get(model)
+    if current is not None and current.signature == signature(model):
+        return current
+    if problem(model) is not None:
+        return None
+    try:
+        built = LeanForward(model)
+    except ValueError:
+        return None
+    _built[model] = built
+    return built
