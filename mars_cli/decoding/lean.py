@@ -66,20 +66,34 @@ def fused(projections: Sequence[torch.nn.Linear]) -> QuantizedLinear | None:
     return QuantizedLinear([matrix], bias, all(f.exact for f in forwards), forwards[0].levels)
 
 
+def matrix_of(projection: torch.nn.Module) -> CodeMatrix | None:
+    """The one code matrix a linear runs on (this project's kernel), or None."""
+    forward = projection.__dict__.get("forward")
+    if isinstance(forward, QuantizedLinear) and len(forward.matrices) == 1 and isinstance(forward.matrices[0], CodeMatrix):
+        return forward.matrices[0]
+    return None
+
+
 @dataclass
 class Layer:
-    """One decoder layer's parts as the lean forward reads them."""
+    """One decoder layer as `mars::decoder_layer` takes it: norms, and each linear as [codes,
+    scale, offset] or [codes, scale, offset, bias], with their code widths."""
 
     input_norm: torch.Tensor
-    qkv: QuantizedLinear
-    output: torch.nn.Module  # o_proj (its forward is quantized)
     post_norm: torch.Tensor
-    gate_up: QuantizedLinear
-    down: torch.nn.Module
+    linears: tuple[list[torch.Tensor], ...]  # qkv, output, gate_up, down
+    bits: list[int]
+
+
+def layer_linear(forward: QuantizedLinear) -> tuple[list[torch.Tensor], int]:
+    matrix = forward.matrices[0]
+    parts = [matrix.codes, matrix.scale, matrix.offset]
+    return (parts + [forward.bias] if forward.bias is not None else parts), matrix.bits
 
 
 class LeanForward:
-    """The target's forward, for a model whose linears all run on this project's kernel."""
+    """The target's forward, for a model whose decoder layers' linears all run on this project's
+    kernel: one `mars::decoder_layer` call a layer."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         config = text_config(model)
@@ -94,14 +108,22 @@ class LeanForward:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.eps = float(config.rms_norm_eps)
         self.layers: list[Layer] = []
+        activations = set()
         for layer in inner.layers[: config.num_hidden_layers]:
             attention, mlp = layer.self_attn, layer.mlp
             qkv = fused([attention.q_proj, attention.k_proj, attention.v_proj])
             gate_up = fused([mlp.gate_proj, mlp.up_proj])
-            if qkv is None or gate_up is None:
-                raise ValueError("the lean forward needs every linear on this project's kernel")
-            self.layers.append(Layer(layer.input_layernorm.weight, qkv, attention.o_proj,
-                                     layer.post_attention_layernorm.weight, gate_up, mlp.down_proj))
+            output, down = matrix_of(attention.o_proj), matrix_of(mlp.down_proj)
+            if qkv is None or gate_up is None or output is None or down is None:
+                raise ValueError("the lean forward needs every linear of a layer on this project's kernel")
+            found = [layer_linear(f) for f in (qkv, attention.o_proj.forward, gate_up, mlp.down_proj.forward)]
+            activations |= {qkv.matrices[0].activations, output.activations, gate_up.matrices[0].activations,
+                            down.activations}
+            self.layers.append(Layer(layer.input_layernorm.weight.detach(), layer.post_attention_layernorm.weight.detach(),
+                                     tuple(parts for parts, _ in found), [bits for _, bits in found]))
+        if len(activations) != 1:
+            raise ValueError("the lean forward needs one activation width for every layer")
+        self.activations = activations.pop()
         self.signature = signature(model)
 
     def __call__(self, ids: torch.Tensor, cache: "LeanCache", positions: torch.Tensor, mask: torch.Tensor | None,
@@ -113,22 +135,21 @@ class LeanForward:
         width = ids.shape[1]
         past = cache.length
         cache.reserve(past + width)
-        ops = torch.ops.mars
+        layer_op = torch.ops.mars.decoder_layer
         x = self.embed(ids)[0]  # [n, hidden]
         states = [x[None]] if hidden else None
         cos, sin = self.rotary(x[None], positions)
         if mask is not None:
             mask = mask.reshape(width, -1)[:, : past + width].contiguous()
         for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(ops.rms_norm(x, layer.input_norm, self.eps))
-            attended = ops.attend(qkv, cos, sin, cache.keys[index], cache.values[index], past, self.heads,
-                                  self.kv_heads, mask)
-            x = x + layer.output(attended)
-            x = x + layer.down(ops.silu_mul(layer.gate_up(ops.rms_norm(x, layer.post_norm, self.eps))))
+            qkv, output, gate_up, down = layer.linears
+            x = layer_op(x, layer.input_norm, layer.post_norm, self.eps, qkv, output, gate_up, down, layer.bits,
+                         self.activations, cos, sin, cache.keys[index], cache.values[index], past, self.heads,
+                         self.kv_heads, mask)
             if states is not None:
                 states.append(x[None])
         cache.length = past + width
-        x = ops.rms_norm(x, self.norm.weight, self.eps)
+        x = torch.ops.mars.rms_norm(x, self.norm.weight, self.eps)
         if states is not None:
             states[-1] = x[None]
         return self.head(x)[None], states

@@ -21,7 +21,7 @@ import torch
 from ...paths import cache_dir
 
 SOURCES = [Path(__file__).with_name(name) for name in ("quantized_linear.cpp", "layer_ops.cpp")]
-HEADERS = [Path(__file__).with_name("simd.h")]
+HEADERS = [Path(__file__).with_name(name) for name in ("simd.h", "ops.h")]
 NAME = "mars_quantized_linear"
 FLAGS = ["-O3", "-mavx2", "-mfma", "-std=c++17", "-fopenmp"]  # OpenMP: at::parallel_for's threads
 

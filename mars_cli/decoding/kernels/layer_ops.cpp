@@ -10,6 +10,8 @@
 //   the cache rows its mask allows: bias [n, past + n] (0 or -inf), or causally without one.
 //   Returns [n, heads * d], the input of the output projection.
 // mars::silu_mul(gate_up): silu(gate) * up for gate_up [n, 2 f] (the fused gate and up outputs).
+// mars::decoder_layer(...): all of the above and the layer's four quantized linears in one call: the
+//   lean forward's whole layer, one dispatch from Python instead of a dozen.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -22,11 +24,30 @@
 #include <optional>
 #include <vector>
 
+#include "ops.h"
 #include "simd.h"
 
 namespace {
 
 using mars_simd::dot;
+
+// p[j] = e^(p[j] - best) for j < count, in place; returns their sum.
+inline float exponentiate(float* p, int64_t count, float best) {
+  const __m256 shift = _mm256_set1_ps(best);
+  __m256 total = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= count; j += 8) {
+    const __m256 e = mars_simd::exp(_mm256_sub_ps(_mm256_loadu_ps(p + j), shift));
+    _mm256_storeu_ps(p + j, e);
+    total = _mm256_add_ps(total, e);
+  }
+  float sum = mars_simd::horizontal_sum(total);
+  for (; j < count; ++j) {
+    p[j] = p[j] == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(p[j] - best);
+    sum += p[j];
+  }
+  return sum;
+}
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat, "rms_norm: float32 tensors");
@@ -114,11 +135,10 @@ at::Tensor attend(const at::Tensor& qkv_in, const at::Tensor& cos_in, const at::
         best = std::max(best, score);
       }
       std::fill(acc.begin(), acc.end(), 0.f);
-      float total = 0.f;
+      const float total = exponentiate(scores.data(), seen, best);
       for (int64_t j = 0; j < seen; ++j) {
-        if (scores[j] == -std::numeric_limits<float>::infinity()) continue;
-        const float p = std::exp(scores[j] - best);
-        total += p;
+        const float p = scores[j];
+        if (p == 0.f) continue;  // masked
         const float* v = v_head + j * d;
         for (int64_t t = 0; t < d; ++t) acc[t] += p * v[t];
       }
@@ -139,13 +159,44 @@ at::Tensor silu_mul(const at::Tensor& gate_up_in) {
   at::Tensor y = at::empty({n, f}, gate_up.options());
   const float* in = gate_up.data_ptr<float>();
   float* out = y.data_ptr<float>();
+  const __m256 one = _mm256_set1_ps(1.f), sign = _mm256_set1_ps(-0.f);
   for (int64_t i = 0; i < n; ++i) {
-    for (int64_t t = 0; t < f; ++t) {
-      const float g = in[i * width + t];
-      out[i * f + t] = g / (1.f + std::exp(-g)) * in[i * width + f + t];
+    const float* gate = in + i * width;
+    const float* up = gate + f;
+    int64_t t = 0;
+    for (; t + 8 <= f; t += 8) {  // g / (1 + e^-g) * u
+      const __m256 g = _mm256_loadu_ps(gate + t);
+      const __m256 e = mars_simd::exp(_mm256_xor_ps(g, sign));
+      _mm256_storeu_ps(out + i * f + t, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + t)));
     }
+    for (; t < f; ++t) out[i * f + t] = gate[t] / (1.f + std::exp(-gate[t])) * up[t];
   }
   return y.view(shape);
+}
+
+// One quantized linear of a layer: [codes, scale, offset] or [codes, scale, offset, bias].
+at::Tensor linear(const at::Tensor& x, at::TensorList matrix, int64_t bits, int64_t activations) {
+  TORCH_CHECK(matrix.size() == 3 || matrix.size() == 4, "decoder_layer: a linear is codes, scale, offset[, bias]");
+  std::optional<at::Tensor> bias;
+  if (matrix.size() == 4) bias = matrix[3];
+  if (activations == 8) return mars_kernels::quantized_linear_a8(x, matrix[0], matrix[1], matrix[2], bits, bias);
+  return mars_kernels::quantized_linear(x, matrix[0], matrix[1], matrix[2], bits, bias);
+}
+
+// A whole decoder layer for x [n, hidden]: attention and MLP blocks with their residuals.
+at::Tensor decoder_layer(const at::Tensor& x, const at::Tensor& input_norm, const at::Tensor& post_norm, double eps,
+                         at::TensorList qkv, at::TensorList output, at::TensorList gate_up, at::TensorList down,
+                         at::IntArrayRef bits, int64_t activations, const at::Tensor& cos, const at::Tensor& sin,
+                         at::Tensor& keys, at::Tensor& values, int64_t past, int64_t heads, int64_t kv_heads,
+                         const std::optional<at::Tensor>& mask) {
+  TORCH_CHECK(bits.size() == 4, "decoder_layer: one bit width per linear (qkv, output, gate_up, down)");
+  const at::Tensor projected = linear(rms_norm(x, input_norm, eps), qkv, bits[0], activations);
+  at::Tensor attended = linear(attend(projected, cos, sin, keys, values, past, heads, kv_heads, mask), output, bits[1],
+                               activations);
+  attended.add_(x);
+  at::Tensor out = linear(silu_mul(linear(rms_norm(attended, post_norm, eps), gate_up, bits[2], activations)), down,
+                          bits[3], activations);
+  return out.add_(attended);
 }
 
 }  // namespace
@@ -155,10 +206,14 @@ TORCH_LIBRARY_FRAGMENT(mars, m) {
   m.def("attend(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int past, int heads, "
         "int kv_heads, Tensor? bias) -> Tensor");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
+  m.def("decoder_layer(Tensor x, Tensor input_norm, Tensor post_norm, float eps, Tensor[] qkv, Tensor[] output, "
+        "Tensor[] gate_up, Tensor[] down, int[] bits, int activations, Tensor cos, Tensor sin, Tensor(a!) keys, "
+        "Tensor(b!) values, int past, int heads, int kv_heads, Tensor? mask) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mars, CPU, m) {
   m.impl("rms_norm", &rms_norm);
   m.impl("attend", &attend);
   m.impl("silu_mul", &silu_mul);
+  m.impl("decoder_layer", &decoder_layer);
 }

@@ -23,6 +23,7 @@
 #include <optional>
 #include <vector>
 
+#include "ops.h"
 #include "simd.h"
 
 namespace {
@@ -115,51 +116,6 @@ void outputs(const float* x, const float* x_sums, const uint8_t* codes, const fl
     }
   }
 }
-
-at::Tensor quantized_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale,
-                            const at::Tensor& offset, int64_t bits, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(bits == 4 || bits == 8, "quantized_linear: bits must be 4 or 8");
-  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat, "quantized_linear: x must be float32");
-  TORCH_CHECK(codes.scalar_type() == at::kByte && scale.scalar_type() == at::kFloat &&
-                  offset.scalar_type() == at::kFloat,
-              "quantized_linear: uint8 codes and float32 scales and offsets");
-  const int64_t K = x.size(-1), N = codes.size(0);
-  const at::Tensor rows = x.reshape({-1, K}).contiguous();
-  const int64_t M = rows.size(0);
-  TORCH_CHECK(K % kGroup == 0, "quantized_linear: the input width must be a multiple of 32");
-  TORCH_CHECK(codes.size(1) * 8 == K * bits && scale.size(0) == N && scale.size(1) == K / kGroup &&
-                  offset.sizes() == scale.sizes(),
-              "quantized_linear: codes, scales and offsets do not match the input width");
-  TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && offset.is_contiguous(),
-              "quantized_linear: contiguous codes, scales and offsets");
-  const int64_t groups = K / kGroup;
-  const float* x_data = rows.data_ptr<float>();
-  std::vector<float> x_sums(M * groups);  // each group's sum of x: what the offsets multiply
-  for (int64_t i = 0; i < M * groups; ++i) {
-    float sum = 0.f;
-    for (int64_t j = 0; j < kGroup; ++j) sum += x_data[i * kGroup + j];
-    x_sums[i] = sum;
-  }
-  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
-  out_shape.back() = N;
-  at::Tensor y = at::empty({M, N}, rows.options());
-  const uint8_t* code_data = codes.data_ptr<uint8_t>();
-  const float* scale_data = scale.data_ptr<float>();
-  const float* offset_data = offset.data_ptr<float>();
-  const float* sums = x_sums.data();
-  float* y_data = y.data_ptr<float>();
-  const int64_t grain = 16;  // outputs per task: the thread pool's unit of work
-  at::parallel_for(0, N, grain, [&](int64_t begin, int64_t end) {
-    if (bits == 4) {
-      outputs<4>(x_data, sums, code_data, scale_data, offset_data, y_data, M, N, K, begin, end);
-    } else {
-      outputs<8>(x_data, sums, code_data, scale_data, offset_data, y_data, M, N, K, begin, end);
-    }
-  });
-  if (bias.has_value()) y.add_(*bias);
-  return y.view(out_shape);
-}
-
 
 // ---- q4a8: the same codes against 8-bit activations, multiplied in integers (llama.cpp's way) ----
 //
@@ -300,6 +256,55 @@ void outputs_a8(const QuantizedRows& rows, const uint8_t* codes, const float* sc
   }
 }
 
+}  // namespace
+
+namespace mars_kernels {
+
+at::Tensor quantized_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale,
+                            const at::Tensor& offset, int64_t bits, const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(bits == 4 || bits == 8, "quantized_linear: bits must be 4 or 8");
+  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat, "quantized_linear: x must be float32");
+  TORCH_CHECK(codes.scalar_type() == at::kByte && scale.scalar_type() == at::kFloat &&
+                  offset.scalar_type() == at::kFloat,
+              "quantized_linear: uint8 codes and float32 scales and offsets");
+  const int64_t K = x.size(-1), N = codes.size(0);
+  const at::Tensor rows = x.reshape({-1, K}).contiguous();
+  const int64_t M = rows.size(0);
+  TORCH_CHECK(K % kGroup == 0, "quantized_linear: the input width must be a multiple of 32");
+  TORCH_CHECK(codes.size(1) * 8 == K * bits && scale.size(0) == N && scale.size(1) == K / kGroup &&
+                  offset.sizes() == scale.sizes(),
+              "quantized_linear: codes, scales and offsets do not match the input width");
+  TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && offset.is_contiguous(),
+              "quantized_linear: contiguous codes, scales and offsets");
+  const int64_t groups = K / kGroup;
+  const float* x_data = rows.data_ptr<float>();
+  std::vector<float> x_sums(M * groups);  // each group's sum of x: what the offsets multiply
+  for (int64_t i = 0; i < M * groups; ++i) {
+    float sum = 0.f;
+    for (int64_t j = 0; j < kGroup; ++j) sum += x_data[i * kGroup + j];
+    x_sums[i] = sum;
+  }
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = N;
+  at::Tensor y = at::empty({M, N}, rows.options());
+  const uint8_t* code_data = codes.data_ptr<uint8_t>();
+  const float* scale_data = scale.data_ptr<float>();
+  const float* offset_data = offset.data_ptr<float>();
+  const float* sums = x_sums.data();
+  float* y_data = y.data_ptr<float>();
+  const int64_t grain = 16;  // outputs per task: the thread pool's unit of work
+  at::parallel_for(0, N, grain, [&](int64_t begin, int64_t end) {
+    if (bits == 4) {
+      outputs<4>(x_data, sums, code_data, scale_data, offset_data, y_data, M, N, K, begin, end);
+    } else {
+      outputs<8>(x_data, sums, code_data, scale_data, offset_data, y_data, M, N, K, begin, end);
+    }
+  });
+  if (bias.has_value()) y.add_(*bias);
+  return y.view(out_shape);
+}
+
+
 at::Tensor quantized_linear_a8(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale,
                                const at::Tensor& offset, int64_t bits, const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(bits == 4 || bits == 8, "quantized_linear_a8: bits must be 4 or 8");
@@ -335,7 +340,7 @@ at::Tensor quantized_linear_a8(const at::Tensor& x, const at::Tensor& codes, con
   return y.view(out_shape);
 }
 
-}  // namespace
+}  // namespace mars_kernels
 
 TORCH_LIBRARY(mars, m) {
   m.def("quantized_linear(Tensor x, Tensor codes, Tensor scale, Tensor offset, int bits, Tensor? bias) -> Tensor");
@@ -343,6 +348,6 @@ TORCH_LIBRARY(mars, m) {
 }
 
 TORCH_LIBRARY_IMPL(mars, CPU, m) {
-  m.impl("quantized_linear", &quantized_linear);
-  m.impl("quantized_linear_a8", &quantized_linear_a8);
+  m.impl("quantized_linear", &mars_kernels::quantized_linear);
+  m.impl("quantized_linear_a8", &mars_kernels::quantized_linear_a8);
 }
