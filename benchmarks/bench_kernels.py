@@ -65,6 +65,10 @@ def kernels(shapes: list[tuple[int, int]]) -> dict[str, list]:
     if why is None:
         made["q4: this project's kernel (AVX2)"] = [quantized.QuantizedLinear.from_weight(w, None, "mars")
                                                    for w in weights]
+        a8 = [quantized.QuantizedLinear.from_weight(w, None, "mars") for w in weights]
+        for layer in a8:
+            layer.matrices[0].activations = 8
+        made["q4a8: this project's kernel, 8-bit activations (AVX2)"] = a8
     else:
         print(f"q4: {why}", file=sys.stderr)
     return made

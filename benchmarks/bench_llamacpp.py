@@ -41,6 +41,8 @@ METHODS = {  # name -> options (flat names)
     "transformers default": {"draft": "auto", "num_draft": "auto"},
     "transformers q4 plain": {"draft": "none", "dtype": "q4"},
     "transformers q4 default": {"draft": "auto", "num_draft": "auto", "dtype": "q4"},
+    "transformers q4a8 plain": {"draft": "none", "dtype": "q4a8"},
+    "transformers q4a8 default": {"draft": "auto", "num_draft": "auto", "dtype": "q4a8"},
     "transformers float32 plain": {"draft": "none", "dtype": "float32"},
     "transformers float32 default": {"draft": "auto", "num_draft": "auto", "dtype": "float32"},
 }

@@ -36,7 +36,7 @@ def profile_command(
                          "--num-draft auto, and show the draft length it picks for this run's acceptance.")] = False,
     dtypes: Annotated[bool, typer.Option(
         "--dtypes", help="Measure a plain decoding step of the target in each dtype (float32, bfloat16; float16 "
-                         "too on a GPU; q4 for a GGUF on a CPU with the q4 kernel) and check each one's output against float32's, afresh; cache the choice "
+                         "too on a GPU; q4 and q4a8 for a GGUF on a CPU with the q4 kernels) and check each one's output against float32's, afresh; cache the choice "
                          "for --dtype auto and show the table.")] = False,
     options: DecodingOptions,  # the shared flags, from @decoding_flags
 ) -> None:
