@@ -31,6 +31,16 @@ namespace {
 
 using mars_simd::dot;
 
+// acc += p * v over d floats.
+inline void add_scaled(float* __restrict acc, const float* __restrict v, float p, int64_t d) {
+  const __m256 scale = _mm256_set1_ps(p);
+  int64_t t = 0;
+  for (; t + 8 <= d; t += 8) {
+    _mm256_storeu_ps(acc + t, _mm256_fmadd_ps(scale, _mm256_loadu_ps(v + t), _mm256_loadu_ps(acc + t)));
+  }
+  for (; t < d; ++t) acc[t] += p * v[t];
+}
+
 // p[j] = e^(p[j] - best) for j < count, in place; returns their sum.
 inline float exponentiate(float* p, int64_t count, float best) {
   const __m256 shift = _mm256_set1_ps(best);
@@ -139,8 +149,7 @@ at::Tensor attend(const at::Tensor& qkv_in, const at::Tensor& cos_in, const at::
       for (int64_t j = 0; j < seen; ++j) {
         const float p = scores[j];
         if (p == 0.f) continue;  // masked
-        const float* v = v_head + j * d;
-        for (int64_t t = 0; t < d; ++t) acc[t] += p * v[t];
+        add_scaled(acc.data(), v_head + j * d, p, d);
       }
       float* o = out + i * heads * d + h * d;
       for (int64_t t = 0; t < d; ++t) o[t] = acc[t] / total;

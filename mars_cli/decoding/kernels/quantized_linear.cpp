@@ -125,15 +125,21 @@ void outputs(const float* x, const float* x_sums, const uint8_t* codes, const fl
 // moved to -128..127 first and the sign trick makes them unsigned), a quarter of the float path's
 // instructions. The offsets still multiply the exact float group sums of x.
 
+// With 4-bit weights two groups are multiplied at once: 32 bytes of codes hold groups g and g + 1,
+// their low nibbles codes 0-15 of each, their high nibbles codes 16-31; so the activations of a pair
+// are stored to match, [g 0-15, g+1 0-15, g 16-31, g+1 16-31], and the pair's two scales as one
+// vector (four lanes each), which halves the conversions and multiplications per group.
 struct QuantizedRows {
-  std::vector<int8_t> codes;   // [M, K]
-  std::vector<float> scales;   // [M, K / 32]
-  std::vector<float> sums;     // [M, K / 32]: each group's float sum of x
+  std::vector<int8_t> codes;        // [M, K]: pairs of groups interleaved when paired (a last odd group as is)
+  std::vector<float> scales;        // [M, K / 32]
+  std::vector<float> sums;          // [M, K / 32]: each group's float sum of x
+  std::vector<float> pair_scales;   // [M, K / 64, 8] when paired: a pair's two scales, four lanes each
 };
 
-QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K) {
-  const int64_t groups = K / kGroup;
-  QuantizedRows rows{std::vector<int8_t>(M * K), std::vector<float>(M * groups), std::vector<float>(M * groups)};
+QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, bool paired) {
+  const int64_t groups = K / kGroup, pairs = paired ? groups / 2 : 0;
+  QuantizedRows rows{std::vector<int8_t>(M * K), std::vector<float>(M * groups), std::vector<float>(M * groups),
+                     std::vector<float>(M * pairs * 8)};
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
   for (int64_t i = 0; i < M * groups; ++i) {
     const float* xg = x + i * kGroup;
@@ -160,7 +166,15 @@ QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K) {
     const __m256i pair1 = _mm256_packs_epi32(q[2], q[3]);
     __m256i bytes = _mm256_packs_epi16(pair0, pair1);
     bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(rows.codes.data() + i * kGroup), bytes);
+    const int64_t row = i / groups, g = i % groups;
+    if (g < 2 * pairs) {  // codes 0-15 and 16-31 beside the pair's other group's
+      int8_t* pair = rows.codes.data() + row * K + (g / 2) * 2 * kGroup + (g % 2) * 16;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(pair), _mm256_castsi256_si128(bytes));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(pair + kGroup), _mm256_extracti128_si256(bytes, 1));
+      std::fill_n(rows.pair_scales.data() + (row * pairs + g / 2) * 8 + (g % 2) * 4, 4, scale);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(rows.codes.data() + i * kGroup), bytes);
+    }
     rows.scales[i] = scale;
     rows.sums[i] = horizontal_sum(total);
   }
@@ -227,6 +241,53 @@ inline void pass_a8(const QuantizedRows& rows, int64_t first, int64_t K, const u
   for (int r = 0; r < Rows; ++r) out[r] = horizontal_sum(acc[r]);
 }
 
+inline int32_t integer_sum(__m256i v) {
+  __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  sum = _mm_hadd_epi32(sum, sum);
+  sum = _mm_hadd_epi32(sum, sum);
+  return _mm_cvtsi128_si32(sum);
+}
+
+// 4-bit codes, pairs of groups (see QuantizedRows); a last odd group on its own.
+template <int Rows>
+inline void pass_pairs(const QuantizedRows& rows, int64_t first, int64_t K, const uint8_t* codes, const float* scale,
+                       int64_t groups, float* out) {
+  const int64_t pairs = groups / 2;
+  const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  __m256 acc[Rows], second = _mm256_setzero_ps();
+  for (int r = 0; r < Rows; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m256i both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + p * kGroup));
+    const __m256i low = _mm256_and_si256(both, mask), high = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
+    const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scale + 2 * p)));
+    const __m256 weight_scale = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), spread);
+    for (int r = 0; r < Rows; ++r) {
+      const int8_t* a = rows.codes.data() + (first + r) * K + p * 2 * kGroup;
+      const __m256i halves = _mm256_add_epi16(
+          _mm256_maddubs_epi16(low, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+          _mm256_maddubs_epi16(high, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + kGroup))));
+      const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(halves, ones));
+      const __m256 scales = _mm256_mul_ps(weight_scale, _mm256_loadu_ps(rows.pair_scales.data() + ((first + r) * pairs + p) * 8));
+      if (Rows == 1 && (p & 1)) {
+        second = _mm256_fmadd_ps(scales, dot, second);  // one row: odd pairs on a second chain
+      } else {
+        acc[r] = _mm256_fmadd_ps(scales, dot, acc[r]);
+      }
+    }
+  }
+  acc[0] = _mm256_add_ps(acc[0], second);
+  for (int r = 0; r < Rows; ++r) out[r] = horizontal_sum(acc[r]);
+  if (groups % 2) {  // the last group, as is
+    const int64_t g = groups - 1;
+    const __m256i w = group_bytes<4>(codes + g * 16);
+    for (int r = 0; r < Rows; ++r) {
+      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.codes.data() + (first + r) * K + g * kGroup));
+      out[r] += scale[g] * rows.scales[(first + r) * groups + g] * static_cast<float>(integer_sum(group_dot<4>(w, av)));
+    }
+  }
+}
+
 template <int Bits>
 void outputs_a8(const QuantizedRows& rows, const uint8_t* codes, const float* scale, const float* offset, float* y,
                 int64_t M, int64_t N, int64_t K, int64_t begin, int64_t end) {
@@ -240,11 +301,20 @@ void outputs_a8(const QuantizedRows& rows, const uint8_t* codes, const float* sc
     const float* row_offset = offset + n * groups;
     for (int64_t first = 0; first < M; first += kRows) {
       const int64_t count = std::min(kRows, M - first);
-      switch (count) {
-        case 4: pass_a8<Bits, 4>(rows, first, K, row_codes, row_scale, groups, sums); break;
-        case 3: pass_a8<Bits, 3>(rows, first, K, row_codes, row_scale, groups, sums); break;
-        case 2: pass_a8<Bits, 2>(rows, first, K, row_codes, row_scale, groups, sums); break;
-        default: pass_a8<Bits, 1>(rows, first, K, row_codes, row_scale, groups, sums); break;
+      if constexpr (Bits == 4) {
+        switch (count) {
+          case 4: pass_pairs<4>(rows, first, K, row_codes, row_scale, groups, sums); break;
+          case 3: pass_pairs<3>(rows, first, K, row_codes, row_scale, groups, sums); break;
+          case 2: pass_pairs<2>(rows, first, K, row_codes, row_scale, groups, sums); break;
+          default: pass_pairs<1>(rows, first, K, row_codes, row_scale, groups, sums); break;
+        }
+      } else {
+        switch (count) {
+          case 4: pass_a8<Bits, 4>(rows, first, K, row_codes, row_scale, groups, sums); break;
+          case 3: pass_a8<Bits, 3>(rows, first, K, row_codes, row_scale, groups, sums); break;
+          case 2: pass_a8<Bits, 2>(rows, first, K, row_codes, row_scale, groups, sums); break;
+          default: pass_a8<Bits, 1>(rows, first, K, row_codes, row_scale, groups, sums); break;
+        }
       }
       for (int64_t r = 0; r < count; ++r) {
         const float* group_sums = rows.sums.data() + (first + r) * groups;
@@ -321,7 +391,7 @@ at::Tensor quantized_linear_a8(const at::Tensor& x, const at::Tensor& codes, con
               "quantized_linear_a8: codes, scales and offsets do not match the input width");
   TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && offset.is_contiguous(),
               "quantized_linear_a8: contiguous codes, scales and offsets");
-  const QuantizedRows rows = quantize_rows(input.data_ptr<float>(), M, K);
+  const QuantizedRows rows = quantize_rows(input.data_ptr<float>(), M, K, bits == 4);
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = N;
   at::Tensor y = at::empty({M, N}, input.options());
