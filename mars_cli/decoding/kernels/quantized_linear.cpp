@@ -288,6 +288,41 @@ inline void pass_pairs(const QuantizedRows& rows, int64_t first, int64_t K, cons
   }
 }
 
+// One row of x against four outputs at once (4-bit codes, pairs of groups): the activations are
+// loaded once for the four, and the four sums reduced together. out[o] gets output o's scaled sum.
+inline void pass_pairs_four_outputs(const QuantizedRows& rows, int64_t K, const uint8_t* codes, int64_t row_bytes,
+                                    const float* scale, int64_t groups, float* out) {
+  const int64_t pairs = groups / 2;
+  const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int8_t* a = rows.codes.data() + p * 2 * kGroup;
+    const __m256i a_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+    const __m256i a_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + kGroup));
+    const __m256 a_scale = _mm256_loadu_ps(rows.pair_scales.data() + p * 8);
+    for (int o = 0; o < 4; ++o) {
+      const __m256i both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + o * row_bytes + p * kGroup));
+      const __m256i low = _mm256_and_si256(both, mask), high = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
+      const __m256i halves = _mm256_add_epi16(_mm256_maddubs_epi16(low, a_low), _mm256_maddubs_epi16(high, a_high));
+      const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scale + o * groups + 2 * p)));
+      const __m256 scales = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), spread), a_scale);
+      acc[o] = _mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(_mm256_madd_epi16(halves, ones)), acc[o]);
+    }
+  }
+  // the four horizontal sums at once
+  const __m256 sums = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1)));
+  if (groups % 2) {  // the last group, as is
+    const int64_t g = groups - 1;
+    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.codes.data() + g * kGroup));
+    for (int o = 0; o < 4; ++o) {
+      const __m256i w = group_bytes<4>(codes + o * row_bytes + g * 16);
+      out[o] += scale[o * groups + g] * rows.scales[g] * static_cast<float>(integer_sum(group_dot<4>(w, av)));
+    }
+  }
+}
+
 template <int Bits>
 void outputs_a8(const QuantizedRows& rows, const uint8_t* codes, const float* scale, const float* offset, float* y,
                 int64_t M, int64_t N, int64_t K, int64_t begin, int64_t end) {
@@ -295,7 +330,15 @@ void outputs_a8(const QuantizedRows& rows, const uint8_t* codes, const float* sc
   const int64_t bytes_per_group = kGroup * Bits / 8;
   constexpr int64_t kRows = 4;
   float sums[kRows];
-  for (int64_t n = begin; n < end; ++n) {
+  int64_t n = begin;
+  if constexpr (Bits == 4) {  // one row of x: four outputs at a time (8-bit codes measured slower so)
+    for (; M == 1 && n + 4 <= end; n += 4) {
+      pass_pairs_four_outputs(rows, K, codes + n * groups * bytes_per_group, groups * bytes_per_group,
+                              scale + n * groups, groups, sums);
+      for (int o = 0; o < 4; ++o) y[n + o] = sums[o] + dot(offset + (n + o) * groups, rows.sums.data(), groups);
+    }
+  }
+  for (; n < end; ++n) {
     const uint8_t* row_codes = codes + n * groups * bytes_per_group;
     const float* row_scale = scale + n * groups;
     const float* row_offset = offset + n * groups;
