@@ -250,8 +250,8 @@ def dtype_table(measured: dict) -> list[Table | str]:
     speculative = key.get("decoding") == "speculative"
     table = Table(title=f"plain decoding step by dtype ({key['device']}, {key['threads']} threads, torch "
                         f"{key['torch']}; {measured['steps']} steps a block, median of the blocks)", title_justify="left")
-    columns = ("dtype", "ms per step", *(("ms per token, drafting (est.)", "best shape") if speculative else ()),
-               "usable", "chosen")
+    columns = ("dtype", "ms per step", *(("ms per token, drafting (est.)", "best shape", "forward cost by width "
+                                          "(x width 1)") if speculative else ()), "usable", "chosen")
     for column in columns:
         table.add_column(column, justify="right" if column.startswith("ms per") else "left")
     for candidate in measured["candidates"]:
@@ -261,8 +261,9 @@ def dtype_table(measured: dict) -> list[Table | str]:
             usable = "yes (the reference)" if candidate["dtype"] == "float32" else f"yes (argmax agrees {agreement:.0%})"
         else:
             usable = f"no: {candidate['problem']}"
-        per_token, shape = candidate.get("ms_per_token"), candidate.get("shape")
-        estimate = ("-" if per_token is None else f"{per_token:.1f}", shape or "-") if speculative else ()
+        per_token, shape, relative = candidate.get("ms_per_token"), candidate.get("shape"), candidate.get("curve")
+        widths = ", ".join(f"{w}: {r:.2f}" for w, r in (relative or {}).items() if w != "1") or "-"
+        estimate = ("-" if per_token is None else f"{per_token:.1f}", shape or "-", widths) if speculative else ()
         label = candidate["dtype"] + (" (packed linears)" if candidate.get("packed") else "")
         table.add_row(label, "-" if ms is None else f"{ms:.1f}", *estimate, usable,
                       "← --dtype auto" if candidate["dtype"] == measured["chosen"] else "")

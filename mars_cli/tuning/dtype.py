@@ -116,6 +116,8 @@ class Candidate:
     ms_per_token: float | None = None
     shape: str | None = None
     packed: bool = False  # timed on packed linears (decoding/packing.py)
+    # speculative sessions: its cost curve, each width's forward over a width-1 one ("2": 1.1, ...)
+    curve: dict[str, float] | None = None
 
 
 @dataclass
@@ -227,8 +229,13 @@ def _candidate(entry: dict) -> Candidate | None:
     packed = entry.get("packed", False)
     if not isinstance(packed, bool):
         return None
+    relative = entry.get("curve")
+    if relative is not None and not (isinstance(relative, dict) and all(
+            isinstance(w, str) and w.isdigit() and store.number(r) is not None for w, r in relative.items())):
+        return None
     return Candidate(dtype, usable, store.number(entry.get("agreement")), problem, store.number(ms),
-                     store.number(entry.get("spread")), int(entry.get("repeats", 0)), per_token, shape, packed)
+                     store.number(entry.get("spread")), int(entry.get("repeats", 0)), per_token, shape, packed,
+                     relative)
 
 
 # --------------------------------------------------------------------------- choosing
@@ -299,7 +306,7 @@ def _measured(target: LoadedModel, key: dict, use: Callable[[str], None], names:
         for candidate in sorted(found, key=lambda c: c.ms_per_step or math.inf):
             if candidate.ms_per_step is not None:
                 use(candidate.dtype)  # its curve is measured as the session would run it
-                candidate.ms_per_token, candidate.shape, complete = speculative_cost(
+                candidate.ms_per_token, candidate.shape, complete, candidate.curve = speculative_cost(
                     target, candidate.dtype, candidate.ms_per_step, fresh=deadline is None)
                 partial += [] if complete else [candidate.dtype]
     return found, partial
@@ -359,13 +366,14 @@ def _label(candidate: Candidate) -> str:
 
 
 def speculative_cost(target: LoadedModel, name: str, plain_ms: float,
-                     fresh: bool = False) -> tuple[float | None, str | None, bool]:
+                     fresh: bool = False) -> tuple[float | None, str | None, bool, dict[str, float] | None]:
     """(the target's milliseconds per emitted token, the shape) in dtype `name`, whose weights
     `target` holds now, from its cost curve (the cached one, or measured now within what is left
     of the budget and cached, as a session's own; `fresh`: measured afresh) taken relative to its
     own width-1 cost and scaled by `plain_ms`, the step timed interleaved with the other dtypes'
-    (curves measured one after the other would carry the machine's drift between them), and
-    whether the curve held every width the estimate reads; (None, None, False) without one."""
+    (curves measured one after the other would carry the machine's drift between them), whether
+    the curve held every width the estimate reads, and the curve relative to width 1 (what
+    `mars profile --dtypes` draws side by side); (None, None, False, None) without one."""
     from ..decoding.target import TargetScorer
 
     loaded_as, linears = target.dtype, target.linears
@@ -377,10 +385,12 @@ def speculative_cost(target: LoadedModel, name: str, plain_ms: float,
         target.dtype, target.linears = loaded_as, linears
     measured, stand_in = found.curve, found.provenance.stale  # a stand-in's widths are no measurement
     if 1 not in measured.ms_by_width or stand_in:
-        return None, None, False
+        return None, None, False, None
     ms, shape = cost.speculative_estimate(measured, default_acceptance(target.fingerprint))
     complete = found.provenance.provisional is None and all(w in measured.ms_by_width for w in cost.ESTIMATE_WIDTHS)
-    return plain_ms * ms / measured.ms_by_width[1], shape, complete
+    base = measured.ms_by_width[1]
+    relative = {str(width): round(ms_width / base, 3) for width, ms_width in sorted(measured.ms_by_width.items())}
+    return plain_ms * ms / base, shape, complete, relative
 
 
 # --------------------------------------------------------------------------- the check

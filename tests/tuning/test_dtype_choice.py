@@ -53,7 +53,8 @@ class Probe:
 
     def estimate(self, target, name, plain_ms, fresh=False):
         self.estimated.append(name)
-        return self.per_token.get(name, self.ms[name][0] / 2), "a chain of 2", name not in self.partial
+        return (self.per_token.get(name, self.ms[name][0] / 2), "a chain of 2", name not in self.partial,
+                {"1": 1.0, "2": 1.25})
 
     def __call__(self, target, use, names, deadline=None):
         self.asked.append(list(names))
@@ -533,8 +534,9 @@ def test_the_real_estimate_measures_and_caches_that_dtypes_curve(tiny_target, ca
     under that dtype's key (the session reuses it), and leaves the target's dtype as it was."""
     with tuning_weights.Weights(tiny_target.model) as weights:
         weights.use("bfloat16")
-        ms, shape, complete = tuning_dtype.speculative_cost(tiny_target, "bfloat16", 10.0)
+        ms, shape, complete, relative = tuning_dtype.speculative_cost(tiny_target, "bfloat16", 10.0)
     assert tiny_target.dtype == torch.float32 and complete
+    assert relative["1"] == 1.0 and set(relative) == {str(width) for width in cost.ESTIMATE_WIDTHS}
     assert 0 < ms <= 10.0 and shape is not None  # never dearer per token than the plain step given
     key = curve.curve_key(tiny_target.fingerprint, tiny_target.device, torch.bfloat16, False, curve.CONTEXT_TOKENS)
     data = store.read_entry(store.cache_path(key, curve.FOLDER), cost.SCHEMA, key)
@@ -574,6 +576,22 @@ def test_profile_dtypes_json_reports_the_measurement(tiny_dir, capsys, probe):
     assert measured["chosen"] == "bfloat16" and [c["dtype"] for c in measured["candidates"]] == ["float32", "bfloat16"]
     assert measured["candidates"][1]["ms_per_step"] == 6.0 and measured["provisional"] is None
     assert measured["cached"] is False  # measured afresh
+
+
+def test_profile_dtypes_draws_each_candidates_curve_for_a_drafting_session(tiny_dir, capsys, probe):
+    """Each candidate (a dtype, or a quantized layout) with the cost curve its drafting estimate
+    stood on, side by side, in the table and in --json."""
+    from mars_cli.cli import main
+
+    probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
+    code = main(["profile", "abc abc", "--target", str(tiny_dir), "--device", "cpu", "-n", "4", "--draft", "ngram",
+                 "--dtypes"])
+    out = capsys.readouterr().out
+    assert code == 0 and "forward cost by width" in out and out.count("2: 1.25") == 2
+    code = main(["profile", "abc abc", "--target", str(tiny_dir), "--device", "cpu", "-n", "4", "--draft", "ngram",
+                 "--dtypes", "--json"])
+    measured = json.loads(capsys.readouterr().out)["dtypes"]
+    assert code == 0 and [c["curve"] for c in measured["candidates"]] == [{"1": 1.0, "2": 1.25}] * 2
 
 
 @pytest.mark.parametrize("methods, speculative", [("vanilla", False), ("vanilla,strict", True)])
