@@ -181,3 +181,33 @@ def test_fused_projections_compute_each_ones_outputs(q4_target):
     x = torch.randn(2, attention.q_proj.in_features)
     with torch.inference_mode():
         assert torch.allclose(fused(x), torch.cat([p(x) for p in projections], dim=-1), **TOLERANCE)
+
+
+def test_q4a8_rows_do_not_depend_on_how_they_are_fed(q4_target):
+    """8-bit activations turn a last-bit difference into a different rounding, and so in the end a
+    different token: under q4a8 a row's hidden states must be bit for bit the same whether it is fed
+    alone, in a chain, or as a tree's node (its ancestors before it), or strict verification would
+    not reproduce plain decoding. (The tiny model's output layer is dense: its logits may differ in
+    the last bit with the width, as float32's do, without anything after them to amplify it.)"""
+    quantized.use_activations(q4_target.model, quantized.QUANTIZED_A8)
+    forward = lean.lean_forward(q4_target.model)
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]])
+    with torch.inference_mode():
+        wide = lean.LeanCache(forward)
+        wide.forward(ids[:, :8])
+        chain = wide.forward(ids[:, 8:], hidden=True).hidden_states
+        single = lean.LeanCache(forward)
+        single.forward(ids[:, :8])
+        alone = [single.forward(ids[:, i:i + 1], hidden=True).hidden_states for i in range(8, ids.shape[1])]
+    for layer, states in enumerate(chain):
+        assert torch.equal(states[0], torch.cat([step[layer][0] for step in alone])), f"layer {layer}"
+
+    layers = (1, -1)  # a middle layer's output and the final normed state
+    context = torch.tensor([3, 4, 5, 6, 7, 8])
+    tree = DraftTree(tokens=torch.tensor([20, 21, 22, 23]), parents=torch.tensor([-1, -1, 0, 1]))
+    branching = TargetScorer(q4_target, layers)
+    branching.start(context)
+    scored = branching.score(torch.tensor([9]), tree, width=5).features
+    plain = TargetScorer(q4_target, layers)
+    plain.start(torch.cat([context, torch.tensor([9, 21])]))  # the branch 21 -> 23, decoded plainly
+    assert torch.equal(scored[4], plain.score(torch.tensor([23]), DraftTree.empty("cpu"), width=1).features[0])

@@ -94,3 +94,15 @@ def test_a_head_under_q4_drafts_on_8_bit_codes_and_strict_greedy_stays_exact(tin
         assert decode_all(target, drafter, prompt, 30, Verifier("strict"), 4, shape.tokens) == expected
     with pytest.raises(UserError, match="8-bit codes"):
         int8.settle(head, target, "on")
+
+
+@pytest.mark.embedded
+@pytest.mark.parametrize("shape", [("--draft-topk", "1"), ("--draft-topk", "2", "--draft-tokens", "6")])
+def test_q4a8_strict_verification_with_the_head_reproduces_q4a8_plain_on_the_embedded_model(capsys, shape):
+    """8-bit activations amplify any width-dependent rounding into other tokens: this holds only
+    because every row is computed bit for bit alike however it is fed (tests/decoding/test_lean.py)."""
+    for prompt in ("Write a haiku about the sea.", "Name three colors and explain why you like them."):
+        plain, _ = tokens(capsys, prompt, "--dtype", "q4a8", "--draft", "none", "-n", "32")
+        drafted, payload = tokens(capsys, prompt, "--dtype", "q4a8", "--verify", "strict", "--num-draft", "3",
+                                  *shape, "-n", "32")
+        assert drafted == plain and payload["stats"]["drafted"] > 0 and payload["config"]["dtype"] == "q4a8"

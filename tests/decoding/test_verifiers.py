@@ -392,3 +392,31 @@ def test_a_plain_greedy_round_takes_the_batched_rules_token(values, top_k):
     found = verifier.verify(logits, empty)
     assert (found.accepted_positions, found.next_token, found.relaxed, found.examined, found.low_margin) == (
         expected.accepted_positions, expected.next_token, expected.relaxed, expected.examined, expected.low_margin)
+
+
+@st.composite
+def trees_and_logits(draw):
+    """A random draft tree (each node's parent an earlier node or the pending token) over a small
+    vocabulary, its drafts often the parent's argmax, and logits with ties (integer values)."""
+    size = draw(st.integers(1, 8))
+    vocab = draw(st.integers(2, 5))
+    parents = [draw(st.integers(-1, node - 1)) for node in range(size)]
+    values = draw(st.lists(st.lists(st.integers(-3, 3), min_size=vocab, max_size=vocab),
+                           min_size=size + 1, max_size=size + 1))
+    logits = torch.tensor(values, dtype=torch.float32)
+    argmax = logits.argmax(dim=-1).tolist()
+    tokens = [argmax[parent + 1] if draw(st.booleans()) else draw(st.integers(0, vocab - 1)) for parent in parents]
+    return DraftTree(torch.tensor(tokens), torch.tensor(parents)), logits
+
+
+@settings(max_examples=300, deadline=None)
+@given(trees_and_logits())
+def test_strict_greedy_on_one_tree_is_the_batched_rules_verdict(case):
+    """`verify` walks one tree on the host under strict greedy; `verify_batch`, the batched rules,
+    must agree on every field, ties included."""
+    tree, logits = case
+    walked = STRICT.verify(logits, tree)
+    batched = STRICT.verify_batch(logits, DraftBatch.of_trees([tree], logits.device))[0]
+    assert walked.accepted_positions == batched.accepted_positions
+    assert (walked.next_token, walked.relaxed, walked.examined, walked.low_margin) == \
+        (batched.next_token, batched.relaxed, batched.examined, batched.low_margin)

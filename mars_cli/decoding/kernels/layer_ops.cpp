@@ -41,22 +41,21 @@ inline void add_scaled(float* __restrict acc, const float* __restrict v, float p
   for (; t < d; ++t) acc[t] += p * v[t];
 }
 
-// p[j] = e^(p[j] - best) for j < count, in place; returns their sum.
-inline float exponentiate(float* p, int64_t count, float best) {
+// p[j] = e^(p[j] - best) for j < count, in place, every lane by the same polynomial (a last partial
+// vector through a padded copy): a score's weight must not depend on how many scores a row has.
+inline void exponentiate(float* p, int64_t count, float best) {
   const __m256 shift = _mm256_set1_ps(best);
-  __m256 total = _mm256_setzero_ps();
   int64_t j = 0;
   for (; j + 8 <= count; j += 8) {
-    const __m256 e = mars_simd::exp(_mm256_sub_ps(_mm256_loadu_ps(p + j), shift));
-    _mm256_storeu_ps(p + j, e);
-    total = _mm256_add_ps(total, e);
+    _mm256_storeu_ps(p + j, mars_simd::exp(_mm256_sub_ps(_mm256_loadu_ps(p + j), shift)));
   }
-  float sum = mars_simd::horizontal_sum(total);
-  for (; j < count; ++j) {
-    p[j] = p[j] == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(p[j] - best);
-    sum += p[j];
+  if (j < count) {
+    float tail[8];
+    std::fill(tail, tail + 8, -std::numeric_limits<float>::infinity());
+    std::copy(p + j, p + count, tail);
+    _mm256_storeu_ps(tail, mars_simd::exp(_mm256_sub_ps(_mm256_loadu_ps(tail), shift)));
+    std::copy(tail, tail + (count - j), p + j);
   }
-  return sum;
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -145,10 +144,12 @@ at::Tensor attend(const at::Tensor& qkv_in, const at::Tensor& cos_in, const at::
         best = std::max(best, score);
       }
       std::fill(acc.begin(), acc.end(), 0.f);
-      const float total = exponentiate(scores.data(), seen, best);
+      exponentiate(scores.data(), seen, best);
+      float total = 0.f;  // in key order, masked keys skipped: a tree's row sums as the same row decoded plainly
       for (int64_t j = 0; j < seen; ++j) {
         const float p = scores[j];
         if (p == 0.f) continue;  // masked
+        total += p;
         add_scaled(acc.data(), v_head + j * d, p, d);
       }
       float* o = out + i * heads * d + h * d;

@@ -212,33 +212,19 @@ template <int Bits, int Rows>
 inline void pass_a8(const QuantizedRows& rows, int64_t first, int64_t K, const uint8_t* codes, const float* scale,
                     int64_t groups, float* out) {
   constexpr int64_t bytes_per_group = kGroup * Bits / 8;
-  __m256 acc[Rows];
-  for (int r = 0; r < Rows; ++r) acc[r] = _mm256_setzero_ps();
+  __m256 acc[Rows][2];  // per row, even and odd groups on two chains, whatever the width: every width
+  for (int r = 0; r < Rows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();  // sums in the same order
   const int8_t* a = rows.codes.data() + first * K;
   const float* a_scale = rows.scales.data() + first * groups;
-  int64_t g = 0;
-  if constexpr (Rows == 1) {  // one row: two groups a step, two chains
-    __m256 second = _mm256_setzero_ps();
-    for (; g + 2 <= groups; g += 2) {
-      const __m256i w0 = group_bytes<Bits>(codes + g * bytes_per_group);
-      const __m256i w1 = group_bytes<Bits>(codes + (g + 1) * bytes_per_group);
-      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + g * kGroup));
-      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + (g + 1) * kGroup));
-      acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(scale[g] * a_scale[g]), _mm256_cvtepi32_ps(group_dot<Bits>(w0, a0)), acc[0]);
-      second = _mm256_fmadd_ps(_mm256_set1_ps(scale[g + 1] * a_scale[g + 1]),
-                               _mm256_cvtepi32_ps(group_dot<Bits>(w1, a1)), second);
-    }
-    acc[0] = _mm256_add_ps(acc[0], second);
-  }
-  for (; g < groups; ++g) {
+  for (int64_t g = 0; g < groups; ++g) {
     const __m256i w = group_bytes<Bits>(codes + g * bytes_per_group);
     for (int r = 0; r < Rows; ++r) {
       const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * K + g * kGroup));
       const __m256 dot = _mm256_cvtepi32_ps(group_dot<Bits>(w, av));
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(scale[g] * a_scale[r * groups + g]), dot, acc[r]);
+      acc[r][g & 1] = _mm256_fmadd_ps(_mm256_set1_ps(scale[g] * a_scale[r * groups + g]), dot, acc[r][g & 1]);
     }
   }
-  for (int r = 0; r < Rows; ++r) out[r] = horizontal_sum(acc[r]);
+  for (int r = 0; r < Rows; ++r) out[r] = horizontal_sum(_mm256_add_ps(acc[r][0], acc[r][1]));
 }
 
 inline int32_t integer_sum(__m256i v) {
@@ -255,7 +241,7 @@ inline void pass_pairs(const QuantizedRows& rows, int64_t first, int64_t K, cons
   const int64_t pairs = groups / 2;
   const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-  __m256 acc[Rows], second = _mm256_setzero_ps();
+  __m256 acc[Rows];
   for (int r = 0; r < Rows; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t p = 0; p < pairs; ++p) {
     const __m256i both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + p * kGroup));
@@ -269,14 +255,9 @@ inline void pass_pairs(const QuantizedRows& rows, int64_t first, int64_t K, cons
           _mm256_maddubs_epi16(high, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + kGroup))));
       const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(halves, ones));
       const __m256 scales = _mm256_mul_ps(weight_scale, _mm256_loadu_ps(rows.pair_scales.data() + ((first + r) * pairs + p) * 8));
-      if (Rows == 1 && (p & 1)) {
-        second = _mm256_fmadd_ps(scales, dot, second);  // one row: odd pairs on a second chain
-      } else {
-        acc[r] = _mm256_fmadd_ps(scales, dot, acc[r]);
-      }
+      acc[r] = _mm256_fmadd_ps(scales, dot, acc[r]);
     }
   }
-  acc[0] = _mm256_add_ps(acc[0], second);
   for (int r = 0; r < Rows; ++r) out[r] = horizontal_sum(acc[r]);
   if (groups % 2) {  // the last group, as is
     const int64_t g = groups - 1;
@@ -289,7 +270,10 @@ inline void pass_pairs(const QuantizedRows& rows, int64_t first, int64_t K, cons
 }
 
 // One row of x against four outputs at once (4-bit codes, pairs of groups): the activations are
-// loaded once for the four, and the four sums reduced together. out[o] gets output o's scaled sum.
+// loaded once for the four. out[o] gets output o's scaled sum, added in pass_pairs' order: a row's
+// output must not depend on how many rows came with it, or 8-bit rounding of the next layer's
+// inputs turns a last-bit difference into a different token (strict verification would then not
+// reproduce plain decoding).
 inline void pass_pairs_four_outputs(const QuantizedRows& rows, int64_t K, const uint8_t* codes, int64_t row_bytes,
                                     const float* scale, int64_t groups, float* out) {
   const int64_t pairs = groups / 2;
@@ -310,9 +294,7 @@ inline void pass_pairs_four_outputs(const QuantizedRows& rows, int64_t K, const 
       acc[o] = _mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(_mm256_madd_epi16(halves, ones)), acc[o]);
     }
   }
-  // the four horizontal sums at once
-  const __m256 sums = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1)));
+  for (int o = 0; o < 4; ++o) out[o] = horizontal_sum(acc[o]);  // as pass_pairs sums: the same order
   if (groups % 2) {  // the last group, as is
     const int64_t g = groups - 1;
     const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.codes.data() + g * kGroup));
