@@ -7,9 +7,12 @@ plotting or training code, and its warm path no torch at all.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -108,6 +111,38 @@ def main(argv: list[str] | None = None) -> int:
     common.INVOCATION[:] = list(args)
     _tracebacks = False
     command = typer.main.get_command(app)
+    with _counting_interrupts() as interrupts:
+        try:
+            return _run(command, args)
+        except Exception:  # noqa: BLE001 - only to tell an interrupt a library re-raised as something else
+            if not interrupts or _tracebacks:
+                raise
+            common.err.print("interrupted")  # e.g. transformers' lazy import, cut by Ctrl-C, raising RuntimeError
+            return 130
+
+
+@contextlib.contextmanager
+def _counting_interrupts():
+    """Count the SIGINTs received while the command runs (each still raises KeyboardInterrupt, as
+    Python's own handler does): a Ctrl-C that a library catches and re-raises as another error is
+    still an interruption, exit 130, not a traceback. Only the main thread can own the handler."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def interrupted(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run(command, args: list[str]) -> int:
     try:
         # typer turns Ctrl-C into Exit(130) and, in this mode, returns an Exit's code
         result = command.main(args=args, prog_name="mars", standalone_mode=False)

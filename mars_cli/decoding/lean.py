@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..models import text_config
 from .quantized import CodeMatrix, QuantizedLinear

@@ -68,3 +68,36 @@ def test_ctrl_c_shortly_after_a_real_start_exits_130_quietly(tiny_dir):
 def test_ctrl_c_while_the_entry_point_itself_imports(tiny_dir):
     done = interrupted_at("typer", tiny_dir)
     assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_ctrl_c_a_library_re_raises_as_another_error_still_exits_130(tiny_dir, capsys, monkeypatch):
+    """transformers' lazy imports, cut by a SIGINT, can surface as a RuntimeError ("Could not import
+    module ..."): still an interruption, one line and 130, not a traceback."""
+    import mars_cli.models
+    from mars_cli.cli import main
+
+    def interrupted_load(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise RuntimeError("Could not import module 'LlamaForCausalLM'") from None
+
+    monkeypatch.setattr(mars_cli.models, "load_model", interrupted_load)
+    code = main(["generate", "Hello", "-n", "2", "--target", str(tiny_dir), "--device", "cpu"])
+    captured = capsys.readouterr()
+    assert code == 130 and "interrupted" in captured.err and "Traceback" not in captured.err
+    monkeypatch.undo()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back as it was
+
+
+def test_an_error_with_no_interrupt_is_still_raised(tiny_dir, monkeypatch):
+    import mars_cli.models
+    from mars_cli.cli import main
+
+    def broken_load(*args, **kwargs):
+        raise RuntimeError("a real bug")
+
+    monkeypatch.setattr(mars_cli.models, "load_model", broken_load)
+    with pytest.raises(RuntimeError, match="a real bug"):
+        main(["generate", "Hello", "-n", "2", "--target", str(tiny_dir), "--device", "cpu"])

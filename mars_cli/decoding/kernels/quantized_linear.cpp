@@ -351,26 +351,34 @@ void outputs_a8(const QuantizedRows& rows, const uint8_t* codes, const float* sc
   }
 }
 
+// Both products' arguments: float32 x [..., K], uint8 codes [N, K * bits / 8], float32 scales and
+// offsets [N, K / 32], all contiguous. `op` names the product in the error.
+void check_arguments(const char* op, const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale,
+                     const at::Tensor& offset, int64_t bits) {
+  TORCH_CHECK(bits == 4 || bits == 8, op, ": bits must be 4 or 8");
+  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat, op, ": x must be float32");
+  TORCH_CHECK(codes.scalar_type() == at::kByte && scale.scalar_type() == at::kFloat &&
+                  offset.scalar_type() == at::kFloat,
+              op, ": uint8 codes and float32 scales and offsets");
+  const int64_t K = x.size(-1), N = codes.size(0);
+  TORCH_CHECK(K % kGroup == 0, op, ": the input width must be a multiple of 32");
+  TORCH_CHECK(codes.size(1) * 8 == K * bits && scale.size(0) == N && scale.size(1) == K / kGroup &&
+                  offset.sizes() == scale.sizes(),
+              op, ": codes, scales and offsets do not match the input width");
+  TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && offset.is_contiguous(),
+              op, ": contiguous codes, scales and offsets");
+}
+
 }  // namespace
 
 namespace mars_kernels {
 
 at::Tensor quantized_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale,
                             const at::Tensor& offset, int64_t bits, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(bits == 4 || bits == 8, "quantized_linear: bits must be 4 or 8");
-  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat, "quantized_linear: x must be float32");
-  TORCH_CHECK(codes.scalar_type() == at::kByte && scale.scalar_type() == at::kFloat &&
-                  offset.scalar_type() == at::kFloat,
-              "quantized_linear: uint8 codes and float32 scales and offsets");
+  check_arguments("quantized_linear", x, codes, scale, offset, bits);
   const int64_t K = x.size(-1), N = codes.size(0);
   const at::Tensor rows = x.reshape({-1, K}).contiguous();
   const int64_t M = rows.size(0);
-  TORCH_CHECK(K % kGroup == 0, "quantized_linear: the input width must be a multiple of 32");
-  TORCH_CHECK(codes.size(1) * 8 == K * bits && scale.size(0) == N && scale.size(1) == K / kGroup &&
-                  offset.sizes() == scale.sizes(),
-              "quantized_linear: codes, scales and offsets do not match the input width");
-  TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && offset.is_contiguous(),
-              "quantized_linear: contiguous codes, scales and offsets");
   const int64_t groups = K / kGroup;
   const float* x_data = rows.data_ptr<float>();
   std::vector<float> x_sums(M * groups);  // each group's sum of x: what the offsets multiply
@@ -402,20 +410,10 @@ at::Tensor quantized_linear(const at::Tensor& x, const at::Tensor& codes, const 
 
 at::Tensor quantized_linear_a8(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale,
                                const at::Tensor& offset, int64_t bits, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(bits == 4 || bits == 8, "quantized_linear_a8: bits must be 4 or 8");
-  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat, "quantized_linear_a8: x must be float32");
-  TORCH_CHECK(codes.scalar_type() == at::kByte && scale.scalar_type() == at::kFloat &&
-                  offset.scalar_type() == at::kFloat,
-              "quantized_linear_a8: uint8 codes and float32 scales and offsets");
+  check_arguments("quantized_linear_a8", x, codes, scale, offset, bits);
   const int64_t K = x.size(-1), N = codes.size(0);
   const at::Tensor input = x.reshape({-1, K}).contiguous();
   const int64_t M = input.size(0);
-  TORCH_CHECK(K % kGroup == 0, "quantized_linear_a8: the input width must be a multiple of 32");
-  TORCH_CHECK(codes.size(1) * 8 == K * bits && scale.size(0) == N && scale.size(1) == K / kGroup &&
-                  offset.sizes() == scale.sizes(),
-              "quantized_linear_a8: codes, scales and offsets do not match the input width");
-  TORCH_CHECK(codes.is_contiguous() && scale.is_contiguous() && offset.is_contiguous(),
-              "quantized_linear_a8: contiguous codes, scales and offsets");
   const QuantizedRows rows = quantize_rows(input.data_ptr<float>(), M, K, bits == 4);
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = N;
