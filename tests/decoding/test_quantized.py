@@ -130,3 +130,38 @@ def test_packing_takes_plain_linears_and_leaves_q4s_alone():
     model[0].forward = quantized.QuantizedLinear.from_weight(model[0].weight.detach(), None, KERNELS[0]) \
         if KERNELS else (lambda x: x)
     assert packing.packable(model) == [model[1]]
+
+
+def rounded_like_llamacpp(x: torch.Tensor) -> torch.Tensor:
+    """x as llama.cpp's 8-bit activations hold it: each group of 32 as d * round(x / d), d = max|x| / 127."""
+    groups = x.double().reshape(*x.shape[:-1], -1, quantized.GROUP)
+    step = groups.abs().amax(-1, keepdim=True) / 127
+    return (torch.round(groups / torch.where(step > 0, step, 1)) * step).reshape(x.shape)
+
+
+@pytest.mark.skipif("mars" not in KERNELS, reason="this project's kernels are not built here")
+@pytest.mark.parametrize("levels", [16, 32, 64, 256])  # Q4_*; Q5_0/Q5_1/Q5_K; Q6_K; Q8_0
+def test_q4a8_is_the_exact_product_with_the_rounded_activations_for_every_code_width(levels):
+    """Every term of q4a8's product (codes, offsets, the 8-bit codes' shift) takes the same rounded
+    activations, so its error against float32 is llama.cpp's arithmetic's error, whatever the codes'
+    width: a float-sum offset term made 5-bit codes 0.16 relative error, 16x llama.cpp's."""
+    generator = torch.Generator().manual_seed(levels)
+    out_features, in_features = 40, 256
+    codes = torch.randint(0, levels, (out_features, in_features), generator=generator, dtype=torch.int32)
+    scale = torch.rand(out_features, in_features // quantized.GROUP, generator=generator) * 0.01 + 0.001
+    offset = -scale * (levels / 2) + torch.randn(scale.shape, generator=generator) * 0.001
+    found = quantized.Codes(codes, scale, offset, quantized.LEVELS_INT4 if levels == 16 else quantized.LEVELS_INT8, True)
+    matrix = quantized.CodeMatrix.of(found)
+    matrix.activations = 8
+    weight = (offset.repeat_interleave(quantized.GROUP, 1) + scale.repeat_interleave(quantized.GROUP, 1) * codes).double()
+    x = torch.randn(7, in_features, generator=generator)
+    x[:, 5] *= 30  # outlier channels, as real activations have
+    x[:, 100] *= -20
+    exact = x.double() @ weight.T
+    llamacpp = rounded_like_llamacpp(x) @ weight.T
+    ours = matrix.product(x).double()
+    scale_of_outputs = float(exact.abs().max())
+    assert float((ours - llamacpp).abs().max()) <= 1e-5 * scale_of_outputs  # float32 rounding only
+    our_error = float((ours - exact).abs().max()) / scale_of_outputs
+    llamacpp_error = float((llamacpp - exact).abs().max()) / scale_of_outputs
+    assert our_error <= llamacpp_error * 1.01 + 1e-5

@@ -120,10 +120,13 @@ void outputs(const float* x, const float* x_sums, const uint8_t* codes, const fl
 // ---- q4a8: the same codes against 8-bit activations, multiplied in integers (llama.cpp's way) ----
 //
 // Each group of 32 inputs of a row of x becomes int8 codes a_j with one scale d_a = max|x| / 127.
-// Then sum_j (offset + scale q_j) x_j ~= scale d_a sum_j q_j a_j + offset sum_j x_j: the integer
+// Then sum_j (offset + scale q_j) x_j ~= scale d_a sum_j q_j a_j + offset d_a sum_j a_j: the integer
 // dot product is _mm256_maddubs_epi16 (unsigned 4-bit codes times signed activations; 8-bit codes are
-// moved to -128..127 first and the sign trick makes them unsigned), a quarter of the float path's
-// instructions. The offsets still multiply the exact float group sums of x.
+// moved to -128..127 first and the sign trick makes them unsigned, 128 d_a sum_j a_j added back), a
+// quarter of the float path's instructions. Every term takes the same rounded activations, so the
+// result is the exact product of the dequantised weights with the rounded x (as llama.cpp's Q8_1
+// sums are): had the offset and shift terms used x's float sums, the rounding error of the code term
+// would be multiplied by about |code - 128| instead of cancelling (5-bit codes: 0.16 relative error).
 
 // With 4-bit weights two groups are multiplied at once: 32 bytes of codes hold groups g and g + 1,
 // their low nibbles codes 0-15 of each, their high nibbles codes 16-31; so the activations of a pair
@@ -132,9 +135,16 @@ void outputs(const float* x, const float* x_sums, const uint8_t* codes, const fl
 struct QuantizedRows {
   std::vector<int8_t> codes;        // [M, K]: pairs of groups interleaved when paired (a last odd group as is)
   std::vector<float> scales;        // [M, K / 32]
-  std::vector<float> sums;          // [M, K / 32]: each group's float sum of x
+  std::vector<float> sums;          // [M, K / 32]: each group's sum of its rounded x, d_a sum_j a_j
   std::vector<float> pair_scales;   // [M, K / 64, 8] when paired: a pair's two scales, four lanes each
 };
+
+inline int32_t integer_sum(__m256i v) {
+  __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  sum = _mm_hadd_epi32(sum, sum);
+  sum = _mm_hadd_epi32(sum, sum);
+  return _mm_cvtsi128_si32(sum);
+}
 
 QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, bool paired) {
   const int64_t groups = K / kGroup, pairs = paired ? groups / 2 : 0;
@@ -145,11 +155,9 @@ QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, bool paired) {
     const float* xg = x + i * kGroup;
     __m256 v[4];
     __m256 peak = _mm256_setzero_ps();
-    __m256 total = _mm256_setzero_ps();
     for (int j = 0; j < 4; ++j) {
       v[j] = _mm256_loadu_ps(xg + 8 * j);
       peak = _mm256_max_ps(peak, _mm256_andnot_ps(sign_bit, v[j]));
-      total = _mm256_add_ps(total, v[j]);
     }
     __m128 top = _mm_max_ps(_mm256_castps256_ps128(peak), _mm256_extractf128_ps(peak, 1));
     top = _mm_max_ps(top, _mm_movehl_ps(top, top));
@@ -176,7 +184,8 @@ QuantizedRows quantize_rows(const float* x, int64_t M, int64_t K, bool paired) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(rows.codes.data() + i * kGroup), bytes);
     }
     rows.scales[i] = scale;
-    rows.sums[i] = horizontal_sum(total);
+    const __m256i total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    rows.sums[i] = scale * static_cast<float>(integer_sum(total));  // |a_j| <= 127: the int8s as stored
   }
   return rows;
 }
@@ -225,13 +234,6 @@ inline void pass_a8(const QuantizedRows& rows, int64_t first, int64_t K, const u
     }
   }
   for (int r = 0; r < Rows; ++r) out[r] = horizontal_sum(_mm256_add_ps(acc[r][0], acc[r][1]));
-}
-
-inline int32_t integer_sum(__m256i v) {
-  __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  sum = _mm_hadd_epi32(sum, sum);
-  sum = _mm_hadd_epi32(sum, sum);
-  return _mm_cvtsi128_si32(sum);
 }
 
 // 4-bit codes, pairs of groups (see QuantizedRows); a last odd group on its own.
