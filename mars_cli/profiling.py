@@ -26,6 +26,7 @@ DEFAULT_PROMPT = (
     "From Monday to Friday it will open at seven in the morning and close at midnight, and the "
     "study rooms can be booked online for up to three hours a day."
 )
+FORWARD_PHASES = ("prefill", "draft", "target")  # the phases that run a model
 OTHER_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
 
 
@@ -91,6 +92,7 @@ def run_profile(session: Session, prompt: str, sweep: list[int] | None, bucket: 
         "stats": summary,
         "memory": peak_memory_mb(session.target.output_device),
         "time_split": _time_split(summary),
+        "outside_forwards": _outside_forwards(summary),
         "accepted_length_histogram": summary["accepted_length_histogram"],
         "per_position_acceptance": summary["per_position_acceptance"],
         "margins": {
@@ -144,11 +146,19 @@ def _examined_and_accepted(stats: DecodeStats, max_k: int) -> tuple[list[int], l
 
 
 def _time_split(summary: dict) -> dict:
+    """Each phase's seconds and share of the wall: the parts of one whole, so they sum to it."""
     wall = summary["wall_s"] or 1.0
-    split = {phase: {"seconds": seconds, "share": seconds / wall} for phase, seconds in summary["time_s"].items()}
-    forwards = summary["time_s"]["target"] + summary["time_s"]["draft"] + summary["time_s"]["prefill"]
-    split["not_model_forward"] = {"seconds": wall - forwards, "share": (wall - forwards) / wall}
-    return split
+    return {phase: {"seconds": seconds, "share": seconds / wall} for phase, seconds in summary["time_s"].items()}
+
+
+def _outside_forwards(summary: dict) -> dict:
+    """What is not a model forward (verification, rollback, bookkeeping): a sum of `time_split`'s
+    verify, rollback and other, reported beside the split rather than in it, which would count
+    those phases twice."""
+    wall = summary["wall_s"] or 1.0
+    phases = [phase for phase in summary["time_s"] if phase not in FORWARD_PHASES]
+    seconds = sum(summary["time_s"][phase] for phase in phases)
+    return {"seconds": seconds, "share": seconds / wall, "phases": phases}
 
 
 def _share_above(values: list[float], threshold: float) -> float:
