@@ -145,8 +145,10 @@ class Session:
         if "auto" in (topk, tokens):
             figures = head.acceptance if head is not None and head.acceptance is not None else EARLY_HEAD
             chosen = self._settled_shape(self._cost_curve(cost.shape_widths(self.scorer.compiled)), figures)
-            topk = chosen.topk if topk == "auto" else topk
-            tokens = chosen.tokens if tokens == "auto" else tokens
+            if topk == "auto":
+                topk = chosen.topk
+            if tokens == "auto":  # a fixed --draft-topk above 1 asked for a tree even where a chain is cheaper
+                tokens = chosen.tokens if chosen.branches or topk == 1 else cost.best_tree_size(self._curve, figures)
         if topk == 1:
             return CHAIN
         room = self.scorer.max_length - 1

@@ -100,13 +100,26 @@ class ShapeVerdict:
     deciding: tuple[int, ...]
 
 
+def _tree_costs(curve: CostCurve, acceptance: DraftAcceptance) -> dict[int, float]:
+    """Milliseconds per expected token of each tree size whose width the curve measured (never an
+    extrapolated width)."""
+    return {n: curve.ms_by_width[n + 1] / acceptance.tree(n) for n in TREE_SIZES if n + 1 in curve.ms_by_width}
+
+
+def best_tree_size(curve: CostCurve, acceptance: DraftAcceptance = EARLY_HEAD) -> int:
+    """The tree size (nodes a round) cheapest per token on this curve, whether or not a chain is
+    cheaper still: `--draft-topk K --draft-tokens auto` asked for a tree, and gets the best one (the
+    smallest size when the curve measured none)."""
+    trees = _tree_costs(curve, acceptance)
+    return min(trees, key=trees.get) if trees else TREE_SIZES[0]
+
+
 def shape_verdict(curve: CostCurve, acceptance: DraftAcceptance = EARLY_HEAD) -> ShapeVerdict:
     """See `tree_shape`."""
-    trees = {n: curve.ms_by_width[n + 1] / acceptance.tree(n)  # ms per token; never an extrapolated width
-             for n in TREE_SIZES if n + 1 in curve.ms_by_width}
+    trees = _tree_costs(curve, acceptance)
     if not trees:
         return ShapeVerdict(CHAIN, math.inf, ())
-    size = min(trees, key=trees.get)
+    size = best_tree_size(curve, acceptance)
     chain_ms, k = _best_chain(curve, acceptance)
     shape = TreeShape(TREE_TOPK, size) if trees[size] < chain_ms else CHAIN
     if k == 0:  # no chain width measured: nothing to weigh the tree against

@@ -255,6 +255,8 @@ def _settled(frontier_scores: torch.Tensor, pool_scores: list[torch.Tensor], tot
     """Whether the `total` best nodes are already known: a child scores at most its parent (a
     log-probability is at most 0) and loses a tie to the shallower node, so when no frontier node
     beats the `total`-th best score so far, nothing below the frontier can enter the kept tree."""
+    if total <= 0:  # nothing is kept: no node can enter
+        return True
     scored = torch.cat(pool_scores)
     if scored.numel() < total:
         return False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from mars_cli.decoding import cost
 from mars_cli.tuning import curve as tuning_curve
@@ -102,3 +103,27 @@ def test_a_close_call_is_timed_again_before_the_session_takes_it(tiny_target, tm
     assert _session_shape(measured, tiny_target) == TreeShape(TREE_TOPK, 8) and asked == [(1, 5, 9)]
     monkeypatch.setattr(tuning_curve, "curve_for", lambda *args, **kwargs: CostCurve({}, EPYC.ms_by_width, frozenset({1, 5, 9})))
     assert _session_shape(plain, tiny_target) == CHAIN and asked == [(1, 5, 9)]  # settled already: taken as it is
+
+
+def test_a_fixed_topk_with_tokens_auto_gets_the_curves_best_tree_where_chains_win(tiny_target, tmp_path, monkeypatch):
+    """`--draft-topk 2` with `--draft-tokens auto` on a curve that prefers chains: the user asked for
+    a tree, so it is sized by the curve (its cheapest tree size), never 0 nodes (an IndexError in the
+    tree search once), and a round decodes."""
+    settled = CostCurve({}, EPYC.ms_by_width, frozenset(EPYC.ms_by_width))
+    assert cost.tree_shape(settled, EARLY_HEAD) == CHAIN
+    monkeypatch.setattr(tuning_curve, "curve_for", lambda *args, **kwargs: settled)
+    plain = write_public_head(tmp_path / "plain", tiny_target)
+    options = DecodingOptions.of(draft=f"head:{plain}", dtype="float32", packed_weights="off", draft_topk=2,
+                                 max_new_tokens=6)
+    session = Session(options, target=tiny_target)
+    assert session.drafter.shape == TreeShape(2, cost.best_tree_size(settled, EARLY_HEAD))
+    result = session.run([1, 2, 3, 4])
+    assert 0 < len(result.token_ids) <= 6 and result.stats.tree_rounds > 0
+
+
+def test_the_tree_search_keeps_nothing_when_asked_for_no_nodes():
+    from mars_cli.decoding.tree import grow_tree
+
+    root = torch.log_softmax(torch.randn(10, generator=torch.Generator().manual_seed(0)), -1)
+    tree = grow_tree(root, lambda *args: pytest.fail("nothing to expand"), topk=2, depth=3, total=0, stop_early=True)
+    assert tree.size == 0
