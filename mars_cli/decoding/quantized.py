@@ -328,6 +328,22 @@ def installed(model: torch.nn.Module) -> bool:
     return any(isinstance(module.__dict__.get("forward"), QuantizedLinear) for module in model.modules())
 
 
+def check_kernels(mode: str) -> None:
+    """`--dtype mode`'s kernels, or one line: q4a8 runs on this project's only (UserError without
+    them); q4 falls back to torch's int4 kernel, and says so, as this project's are several times
+    faster."""
+    from ..errors import UserError
+    from ..notes import note
+    from . import kernels
+
+    why = kernels.problem()  # builds them where they are missing, rebuilds a bad library once
+    if why is None:
+        return
+    if mode == QUANTIZED_A8 or not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):
+        raise UserError(f"--dtype {mode} needs this project's CPU kernels: {why}")
+    note(f"--dtype {mode} runs on torch's int4 kernel here, slower than this project's: {why}", once=True)
+
+
 COPY_NAME = "q4.safetensors"  # in a GGUF cache entry's folder of converted weights (models/loading.py)
 
 
@@ -342,11 +358,7 @@ def quantize_target(loaded: "LoadedModel", mode: str = QUANTIZED) -> Installed:
     if loaded.device.type != "cpu":
         raise UserError(f"--dtype {mode} runs on the CPU (its kernels are CPU kernels), not {loaded.device.type}: "
                         "use --device cpu, or another --dtype")
-    if mode == QUANTIZED_A8:
-        from . import kernels
-
-        if kernels.problem() is not None:
-            raise UserError(f"--dtype {mode} needs this project's CPU kernels: {kernels.problem()}")
+    check_kernels(mode)
     copy = loaded.converted_copies / COPY_NAME if loaded.converted_copies is not None else None
     if copy is None or not copy.is_file():
         note("preparing the q4 linears" + (" once (later loads read them)" if copy is not None else ""), once=True)

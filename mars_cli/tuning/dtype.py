@@ -198,7 +198,24 @@ def choose(target: LoadedModel, *, fresh: bool = False, speculative: bool = Fals
            budget: clock.Budget | None = None) -> DtypeChoice:
     """The dtype `--dtype auto` decodes `target` in: the cached choice, else measured (choice.py's
     `obtain`), with one note. `fresh` measures afresh and says nothing (`mars tune`'s table does)."""
-    return obtain(DtypeMeasurement(target, speculative, packed), fresh=fresh, budget=budget, announce=not fresh)
+    measurement = DtypeMeasurement(target, speculative, packed)
+    left_out(target, measurement.key)
+    return obtain(measurement, fresh=fresh, budget=budget, announce=not fresh)
+
+
+def left_out(target: LoadedModel, key: dict) -> None:
+    """Say (in `--json`'s `tuning.notes`; a note outside a session) why q4 and q4a8 are no
+    candidates for a GGUF target on a CPU whose kernel library is there but unusable (truncated,
+    not the kernel): `auto` falls back to the dense dtypes, never builds (a minute) or stops."""
+    from ..decoding import kernels
+    from . import summary
+
+    if QUANTIZED in key["candidates"] or target.device.type != "cpu" or target.converted_copies is None:
+        return
+    why = kernels.damage()
+    if why is not None:
+        detail = f"--dtype auto left out q4 and q4a8: {why} (`python -m mars_cli.decoding.kernels` rebuilds it)"
+        summary.announce(summary.Record("dtype", None, detail, None, store.cache_path(key, FOLDER), False), once=True)
 
 
 def measure(target: LoadedModel, key: dict, deadline: float | None = None,
