@@ -8,7 +8,7 @@ then the drift check's notes (on stderr), then `{"done": PAYLOAD}`, the `--json`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .decoding.stats import DecodeStats
 from .session import Session
@@ -16,13 +16,18 @@ from .startup import Startup
 from .tuning.clock import TALLY
 
 
-def events(session: Session, text: str, startup: Startup, stream_text: bool) -> Iterator[dict]:
-    """Decode `text` with `session`; `startup` has lapped `built` already."""
+def events(session: Session, text: str, startup: Startup, stream_text: bool,
+           between: Callable[[], None] | None = None) -> Iterator[dict]:
+    """Decode `text` with `session`; `startup` has lapped `built` already. `between` runs after
+    each decoded chunk, also where nothing is sent (`--json`): the warm server checks there that
+    its client is still there, and raises to stop decoding for one that is gone."""
     prompt_ids = session.encode(text)
     stats = DecodeStats()
     tokens: list[int] = []
     printed = ""
     for chunk in session.stream(prompt_ids, stats):
+        if between is not None:
+            between()
         tokens.extend(chunk)
         if stream_text:
             full = session.decode_text(tokens)

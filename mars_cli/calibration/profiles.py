@@ -21,6 +21,7 @@ import yaml
 from ..decoding.rules import MARGIN_MEASURES
 from ..decoding.sampling import SamplingParams
 from ..decoding.verifiers import DEFAULT_THRESHOLD
+from .. import reads
 from ..errors import UserError
 from ..notes import note
 from ..paths import user_profile_dir, write_atomic
@@ -168,6 +169,7 @@ def load(path: str | Path) -> Profile:
     from ..inputs import PROFILE_LIMIT, read_text
 
     path = Path(path)
+    reads.read(path)  # a warm server's session is rebuilt when it changes (reads.py)
     text = read_text(path, "profile", PROFILE_LIMIT)
     try:
         data = yaml.safe_load(text)
@@ -210,6 +212,7 @@ def find_for(fingerprint: str) -> Profile | None:
     """The first profile whose fingerprint matches, user directory before shipped profiles.
     Files that do not parse are skipped here (they are reported when named with --calibration)."""
     for directory in search_dirs():
+        reads.read_folder(directory)  # a profile added, edited or removed later: a change
         if not directory.is_dir():
             continue
         for path in sorted(directory.glob("*.yaml")):

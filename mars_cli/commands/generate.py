@@ -45,10 +45,13 @@ def generate(
     mode = addresses.mode()
     # read before anything heavy is imported: torch sets environment variables the key reads
     place = addresses.here(create=mode == "auto") if mode != "off" else None
-    if place is not None and _on_warm_server(place, options, text, as_json, show_stats, import_s):
+    if mode == "on" and place is None and (problem := addresses.folder_problem(addresses.folder())) is not None:
+        note(f"MARS_SERVER=on, but {addresses.folder()} {problem}: no warm server is used; decoding in this process")
+    answered = _on_warm_server(place, options, text, as_json, show_stats, import_s) if place is not None else ABSENT
+    if answered == SERVED:
         return
     _in_process(options, text, as_json, show_stats)
-    if mode == "auto" and place is not None:
+    if mode == "auto" and place is not None and answered == ABSENT:
         _start_warm_server(place, options)
 
 
@@ -61,34 +64,60 @@ def _in_process(options: DecodingOptions, text: str, as_json: bool, show_stats: 
     _render(generation.events(session, text, startup, stream_text=not as_json), as_json, show_stats, None)
 
 
+SERVED, ABSENT, DECLINED = "served", "absent", "declined"  # DECLINED: a live server that did not decode it
+DIED_AFTER_OUTPUT = 75  # the server died after text was printed: the answer is cut (EX_TEMPFAIL: run again)
+
+
 def _on_warm_server(place, options: DecodingOptions, text: str, as_json: bool, show_stats: bool,  # type: ignore[no-untyped-def]
-                    import_s: float | None) -> bool:
-    """Decode on the warm server at `place` if one is live; False (nothing printed) where none answers."""
+                    import_s: float | None) -> str:
+    """Decode on the warm server at `place` if one is live: SERVED; ABSENT where none is (or it was
+    stale); DECLINED where it was busy, or went away or failed before anything was printed
+    (nothing printed: this process then decodes the request itself)."""
     from ..warm import client
 
-    connection = client.connect(place)
-    if connection is None:
-        return False
     flat = options.flat()
     flat["stop"] = list(options.stop)
     request = client.request_for(place, flat, text, as_json, import_s)
-    server: dict = {}
+    connection = client.connect(place)
+    if connection is None:
+        return ABSENT
     with connection:
         replies = client.events(connection, request)
         try:
             first = next(replies)
-        except (client.ServerLost, OSError, ValueError, StopIteration):
-            return False  # it went away before answering: decode here
+        except (client.ServerLost, StopIteration):
+            return DECLINED  # it went away before answering: decode here
         if "stale" in first:
-            return False
-        if "hello" in first:
-            server = {"pid": first["hello"], "session": "reused" if first.get("reused") else "built"}
+            return ABSENT
+        if "busy" in first:
+            return DECLINED
+        server = {"pid": first.get("hello"), "session": "reused" if first.get("reused") else "built"}
+        shown = _Shown()
         try:
-            _render(_with(first, replies), as_json, show_stats, server)
-        except client.ServerLost:
-            raise UserError(f"the warm server stopped mid-request (its log: {place.log}); run again, or set "
-                            "MARS_SERVER=off to decode in this process") from None
-    return True
+            _render(_with(first, replies), as_json, show_stats, server, shown)
+        except (client.ServerLost, _ServerFailed):
+            if not shown.text:
+                return DECLINED
+            _cut_short(place)
+    return SERVED
+
+
+class _Shown:
+    """Whether any of the answer's text reached stdout (then it cannot be decoded again here)."""
+
+    text = False
+
+
+class _ServerFailed(Exception):
+    """The server failed on its own account (not the request's): code 1."""
+
+
+def _cut_short(place) -> None:  # type: ignore[no-untyped-def]
+    """The server died mid-answer, after some text was printed: end the line, say so, exit 75."""
+    out.print()
+    print(f"mars: error: the warm server stopped mid-answer, the text above is incomplete (its log: {place.log}); "
+          "run again, or set MARS_SERVER=off to decode in this process", file=sys.stderr)
+    raise typer.Exit(DIED_AFTER_OUTPUT)
 
 
 def _with(first: dict, rest):
@@ -96,13 +125,15 @@ def _with(first: dict, rest):
     yield from rest
 
 
-def _render(events, as_json: bool, show_stats: bool, server: dict | None) -> None:
+def _render(events, as_json: bool, show_stats: bool, server: dict | None, printed: _Shown | None = None) -> None:
     """Print a request's events: text as it comes, notes on stderr, then the JSON or the table."""
     streaming = False
+    printed = printed or _Shown()
     try:
         for event in events:
             if "delta" in event:
                 streaming = True
+                printed.text = printed.text or bool(event["delta"])
                 out.print(shown(event["delta"]), end="", markup=False, highlight=False)
             elif "ended" in event and not as_json:
                 out.print()
@@ -112,7 +143,7 @@ def _render(events, as_json: bool, show_stats: bool, server: dict | None) -> Non
             elif "error" in event:
                 if event.get("code", 2) == 2:
                     raise UserError(event["error"])
-                raise RuntimeError(event["error"])
+                raise _ServerFailed(event["error"])
             elif "done" in event:
                 payload = {**event["done"], "server": server}
                 if as_json:
@@ -132,11 +163,11 @@ def _start_warm_server(place, options: DecodingOptions) -> None:  # type: ignore
     from ..warm import address as addresses
     from ..warm import client
 
-    if not client.socket_path_ok(place.socket):
+    if addresses.socket_problem(place.socket) is not None:
         return
     flat = options.flat()
     flat["stop"] = list(options.stop)
-    pid = client.start(place, flat)
-    if pid is not None:
-        note(f"started a warm server (pid {pid}) so the next `mars generate` starts in about a second; it exits "
+    process = client.start(place, flat)
+    if process is not None:
+        note(f"started a warm server (pid {process.pid}) so the next `mars generate` starts in about a second; it exits "
              f"after {addresses.idle_timeout_s() / 60:g} idle minutes (MARS_SERVER=off: never)", once=True)

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..errors import UserError, require
 from ..flags import DECODING, MODEL, SAMPLING, decoding_flags
 from ..notes import note, warn
 from ..options import DecodingOptions
@@ -68,8 +69,6 @@ def serve(
 ) -> None:
     """Serve a target with vLLM's OpenAI-compatible server, drafts verified by MARS (SERVE_HELP has the rest)."""
     if local or stop:
-        from ..errors import require
-
         require(local, "--stop stops the warm server: mars serve --local --stop")
         _local(stop)
         return
@@ -94,31 +93,61 @@ def serve(
     exec_vllm(serve_plan)
 
 
+START_S = 30.0  # `mars serve --local`: the new server answers on its socket within this, or it failed
+
+
 def _local(stop: bool) -> None:
     """`mars serve --local [--stop]`: the warm server of this environment (warm/)."""
-    import time
+    from ..warm import address as addresses
 
-    from ..errors import UserError
+    if stop:
+        _stop_local()
+        return
+    place = addresses.here(create=True)
+    if place is None:
+        folder = addresses.folder()
+        raise UserError(f"{folder} {addresses.folder_problem(folder) or 'cannot be made'}: no warm server")
+    _start_local(place)
+
+
+def _start_local(place) -> None:  # type: ignore[no-untyped-def]
+    """Start the server, and say so only once it answers: where it cannot listen, why, exit 2."""
     from ..warm import address as addresses
     from ..warm import client
 
-    place = addresses.here(create=True)
-    if place is None:
-        raise UserError(f"{addresses.folder()} is not a folder only you can use: no warm server")
-    if stop:
-        note("warm server stopped" if client.stop(place) else "no warm server was running")
-        return
+    problem = addresses.socket_problem(place.socket)
+    if problem is not None:
+        raise UserError(f"cannot start the warm server: {problem}")
     live = client.connect(place)
     if live is not None:
         live.close()
         note(f"a warm server is already listening on {place.socket}")
         return
-    pid = client.start(place, None)
-    if pid is None:
+    process = client.start(place, None)
+    if process is None:
         raise UserError(f"could not start the warm server (its log: {place.log})")
-    for _ in range(100):  # it listens once its first imports are done
-        if place.socket.exists():
-            break
-        time.sleep(0.05)
-    note(f"warm server started (pid {pid}) on {place.socket}; it exits after {addresses.idle_timeout_s():g} idle "
-         f"seconds; log: {place.log}")
+    why = client.wait_listening(place, process, START_S)
+    if why is not None:
+        raise UserError(f"the warm server did not start: {why}")
+    note(f"warm server started (pid {process.pid}) on {place.socket}; it exits after {addresses.idle_timeout_s():g} "
+         f"idle seconds; log: {place.log}")
+
+
+def _stop_local() -> None:
+    """Stop this user's server, found by its socket even in a folder opened up since it started
+    (it still holds its memory there); a folder of another user's is said to be one."""
+    from ..warm import address as addresses
+    from ..warm import client
+
+    folder = addresses.folder()
+    problem = addresses.folder_problem(folder)
+    if not addresses.owned_folder(folder):
+        note(f"no warm server was running ({folder} {problem})" if problem else "no warm server was running")
+        return
+    pid = client.stop(addresses.Address(folder, addresses.environment_key()))
+    if pid is None:
+        note("no warm server was running")
+    else:
+        note(f"warm server stopped (pid {pid})")
+    if problem is not None:
+        note(f"{folder} {problem}: no warm server is used until it is private again")

@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from .. import reads
 from ..errors import UserError, first_line, require
 from ..notes import warn
 from .device import resolve_device, resolve_dtype, unmeasured_auto_dtype
@@ -85,6 +86,8 @@ def load_model(
     else:
         torch_dtype = wanted
     location, gguf_name = resolve_spec(spec)
+    if isinstance(location, Path):  # a warm server's session is rebuilt when these change (reads.py)
+        reads.read_path(location)
     if trust_remote_code:
         warn("--trust-remote-code runs Python code shipped with the model")
     kwargs: dict[str, object] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .. import notes
+from .. import notes, reads
 from ..paths import cache_dir, open_lock, write_atomic
 
 # a malformed entry's fields (OverflowError: a huge integer or Infinity where a number belongs)
@@ -37,6 +37,7 @@ def read_entry(path: Path, schema: int, key: dict) -> dict | None:
     """An entry's JSON object when it parses, has this `schema` and was measured for `key`; None
     when absent, unreadable, malformed or stale. The caller checks the fields it reads (any of
     ENTRY_ERRORS raised while it does means the same)."""
+    reads.read(path)  # what a warm server's session was built from (reads.py)
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_not_finite, parse_int=_bounded_int,
                           parse_float=_finite_float)
@@ -70,6 +71,7 @@ def write_entry(path: Path, text: str) -> Path:
     """Write an entry atomically; OSError when the cache cannot be written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, text)
+    reads.wrote(path)
     return path
 
 

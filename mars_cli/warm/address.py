@@ -20,11 +20,15 @@ from pathlib import Path
 PROTOCOL = 1  # bump when the request or event format changes
 IDLE_TIMEOUT_S = 900.0  # a server with no request for this long exits
 # environment variables that change what a server would load or how it runs
-ENV_PREFIXES = ("MARS_", "XDG_", "HF_", "TRANSFORMERS_", "TORCH", "OMP_", "MKL_", "KMP_", "CUDA_", "LLAMA", "GGML",
+ENV_PREFIXES = ("MARS_", "HF_", "TRANSFORMERS_", "TORCH", "OMP_", "MKL_", "KMP_", "CUDA_", "LLAMA", "GGML",
                 "TOKENIZERS_", "PYTORCH_")
-ENV_NAMES = ("HOME", "PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH")
+# of XDG_*, only the folders things are read from (XDG_SESSION_ID, XDG_VTNR, XDG_SEAT, ... name the
+# login, not what is loaded: with them every login started a server of its own)
+ENV_NAMES = ("HOME", "PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "XDG_CACHE_HOME", "XDG_CONFIG_HOME",
+             "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_DATA_DIRS", "XDG_CONFIG_DIRS", "XDG_RUNTIME_DIR")
 NOT_IDENTITY = ("MARS_SERVER", "MARS_SERVER_IDLE_S")  # how the client uses a server, not what it serves
 PACKAGE = Path(__file__).resolve().parent.parent  # mars_cli/
+MAX_SOCKET_PATH = 107  # bytes of an AF_UNIX path (sun_path less its terminating NUL)
 
 
 @dataclass(frozen=True)
@@ -56,15 +60,21 @@ def environment_key() -> str:
 
 
 def code_stamp() -> str:
-    """The package's files by name, size and modification time: a server started before the code
-    changed (an upgrade, an edit) is not this code's server."""
+    """Every file of the package (code, shipped profiles and heads, kernel sources, data) by name,
+    size and modification time: a server started before any of them changed (an upgrade, an edit)
+    is not this code's server. Compiled bytecode is left out: it follows the sources."""
     digest = hashlib.sha256()
     for root, folders, files in os.walk(PACKAGE):
         folders[:] = sorted(f for f in folders if f != "__pycache__")
         for name in sorted(files):
-            if name.endswith(".py"):
-                info = os.stat(os.path.join(root, name))
-                digest.update(f"{root}/{name}:{info.st_size}:{info.st_mtime_ns};".encode())
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = os.path.join(root, name)
+            try:
+                info = os.stat(path)
+            except OSError:  # removed while walking (an editor's temporary file)
+                continue
+            digest.update(f"{path}:{info.st_size}:{info.st_mtime_ns}:{info.st_ino};".encode())
     return digest.hexdigest()[:16]
 
 
@@ -73,7 +83,7 @@ def folder() -> Path:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     base = Path(runtime) / "mars-cli" if runtime and Path(runtime).is_dir() else \
         Path(tempfile.gettempdir()) / f"mars-cli-{os.getuid()}"
-    return base
+    return base.absolute()  # the server leaves the folder it was started in
 
 
 def private_folder(path: Path, create: bool) -> bool:
@@ -84,11 +94,51 @@ def private_folder(path: Path, create: bool) -> bool:
             path.mkdir(mode=0o700, parents=False, exist_ok=True)
         except OSError:
             return False
+    return folder_problem(path) is None and path.is_dir()
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why `path` cannot hold this user's warm server, in a phrase; None where it can or does not
+    exist yet (no server has run)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a folder"
+    if info.st_uid != os.getuid():
+        return f"belongs to another user (uid {info.st_uid})"
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        return f"is open to other users (mode {stat.S_IMODE(info.st_mode):04o}; chmod 700 makes it usable again)"
+    return None
+
+
+def owned_folder(path: Path) -> bool:
+    """Whether `path` is a folder of this user's, private or not (`--stop` still finds a server there)."""
     try:
         info = os.lstat(path)
     except OSError:
         return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077 == 0
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+
+
+def socket_problem(path: Path) -> str | None:
+    """Why no server can listen at `path`, in a phrase: too long for AF_UNIX, or something else is
+    there (a stale socket is not a problem: the server replaces it)."""
+    size = len(os.fsencode(str(path)))
+    if size > MAX_SOCKET_PATH:
+        return (f"its socket path {path} is {size} bytes, over the {MAX_SOCKET_PATH} a Unix socket allows "
+                "(point XDG_RUNTIME_DIR or TMPDIR at a shorter folder)")
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISSOCK(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a file that is not a socket"
+        return f"{path} is {kind}, where its socket belongs (remove it)"
+    return None
 
 
 def here(create: bool = False) -> Address | None:

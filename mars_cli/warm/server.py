@@ -1,10 +1,16 @@
 """The warm server: keeps sessions (loaded targets, drafters, tuning choices) across `mars
-generate` calls of one user, on a private Unix socket, one request at a time.
+generate` calls of one user, on a private Unix socket.
 
 Started by a cold `mars generate` (MARS_SERVER=auto) or `mars serve --local`; exits after the idle
 timeout, on `mars serve --local --stop`, or when a client with other code asks (its stamp differs).
 Only the user who owns it may talk to it (the socket is 0600 in a 0700 folder, and each
 connection's peer uid is checked). It never listens on a network.
+
+Connections are taken on a thread of their own, each request read on its own thread within a few
+seconds (channel.py), so `--stop` is always answered and no client can keep another waiting. The
+main thread decodes, one request at a time; a request that cannot have it within WAIT_S is told
+`busy` and decodes in its own process. Between requests the server stands in "/", not in a
+client's folder. What each session is reused for is sessions.py's.
 
     python -m mars_cli.warm.server --key KEY [--preload OPTIONS_JSON]
 """
@@ -17,25 +23,32 @@ import fcntl
 import io
 import json
 import os
+import queue
 import signal
 import socket
-import struct
 import sys
+import threading
 import time
 import traceback
-from collections import OrderedDict
 
+from .. import reads
 from . import address as addresses
+from . import sessions as kept_sessions
 from .address import Address
-from .client import MAX_LINE
+from .channel import BadRequest, Channel, ClientGone
 
 KEPT_SESSIONS = 2  # sessions kept loaded (each may hold its own target: a 135M model is ~0.6 GB)
+WAIT_S = 2.0  # a request waits this long for the decoding to be free, then decodes in its own process
+POLL_S = 0.5  # how often the main and accepting threads look at the clock and the stop flag
+STOP_GRACE_S = 5.0  # after `--stop`, a build that cannot be interrupted gets this long, then the process ends
+MOST_CLIENTS = 64  # connections handled at once; more are closed at once
+NEUTRAL = "/"  # where the server stands between requests
 
 
 class EventStream(io.TextIOBase):
     """A text stream (the request's stderr) whose lines travel to the client as events."""
 
-    def __init__(self, send) -> None:
+    def __init__(self, send) -> None:  # type: ignore[no-untyped-def]
         self.send, self.pending = send, ""
 
     def writable(self) -> bool:
@@ -54,144 +67,300 @@ class EventStream(io.TextIOBase):
             self.pending = ""
 
 
+class Job:
+    """A request the main thread decodes; `done` once it has."""
+
+    def __init__(self, channel: Channel, request: dict) -> None:
+        self.channel, self.request = channel, request
+        self.done = threading.Event()
+
+
 class Server:
     def __init__(self, address: Address, idle_s: float) -> None:
         self.address, self.idle_s = address, idle_s
         self.stamp = addresses.code_stamp()
-        self.sessions: OrderedDict[str, object] = OrderedDict()
+        self.sessions = kept_sessions.Sessions(KEPT_SESSIONS)
+        self.process_inputs: reads.Record = {}  # what a running process cannot load again (the kernel library)
         self.listener: socket.socket | None = None
         self.running = True
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.decoder = threading.Lock()  # held by the request the main thread decodes, or is about to
+        self.preloading = threading.Event()  # requests wait for the preload instead of WAIT_S
+        self.clients = threading.BoundedSemaphore(MOST_CLIENTS)
+        self.last_active = time.monotonic()
 
     # ------------------------------------------------------------------ lifetime
-    def listen(self) -> bool:
-        """Bind the socket (replacing a stale one: the lock says none is live); False when another
-        server holds the lock."""
+    def listen(self) -> str | None:
+        """Bind the socket (replacing a stale one: the lock says none is live). None once
+        listening; "live" when another server holds the lock; else why it cannot listen."""
         self.lock = open(self.address.lock, "a+b")
         try:
             fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return False
+            return "live"
+        problem = addresses.socket_problem(self.address.socket)
+        if problem is not None:
+            return problem
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.address.socket)
+            os.unlink(self.address.socket)  # a stale socket (socket_problem: nothing else)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_mask = os.umask(0o177)
         try:
             listener.bind(str(self.address.socket))
+        except OSError as exc:
+            listener.close()
+            return f"cannot listen on {self.address.socket} ({exc.strerror or exc})"
         finally:
             os.umask(old_mask)
         listener.listen(16)
         self.listener, self.inode = listener, os.stat(self.address.socket).st_ino
-        return True
+        return None
 
     def close(self) -> None:
+        self._unlink_socket()
         if self.listener is not None:
             self.listener.close()
-            with contextlib.suppress(OSError):
-                if os.stat(self.address.socket).st_ino == self.inode:  # still ours
-                    os.unlink(self.address.socket)
+
+    def _unlink_socket(self) -> None:
+        """Remove the socket if it is still ours: no new client connects to a server on its way out."""
+        with contextlib.suppress(OSError):
+            if os.stat(self.address.socket).st_ino == self.inode:
+                os.unlink(self.address.socket)
+
+    def shut_down(self, why: str) -> None:
+        """Stop taking requests, stop the decoding at its next chunk, and make sure the process
+        ends soon even where a build cannot be interrupted."""
+        if not self.running:
+            return
+        log(why)
+        self.running = False
+        self._unlink_socket()
+        self.jobs.put(None)  # wakes the main thread
+        timer = threading.Timer(STOP_GRACE_S, os._exit, args=(0,))
+        timer.daemon = True
+        timer.start()
 
     def run(self) -> None:
+        """The main thread: decode the requests handed over, until stopped or idle."""
         while self.running:
-            self.listener.settimeout(self.idle_s)
             try:
-                connection, _ = self.listener.accept()
+                job = self.jobs.get(timeout=POLL_S)
+            except queue.Empty:
+                if self._idle():
+                    log("idle: exiting")
+                    return
+                continue
+            if job is not None:
+                self.decode(job)
+
+    def _idle(self) -> bool:
+        return time.monotonic() - self.last_active > self.idle_s and not self.decoder.locked()
+
+    def start_accepting(self) -> None:
+        threading.Thread(target=self._accept, name="accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        """Take connections for as long as the server runs, each on a thread of its own."""
+        self.listener.settimeout(POLL_S)  # type: ignore[union-attr]
+        while self.running:
+            try:
+                connection, _ = self.listener.accept()  # type: ignore[union-attr]
             except socket.timeout:
-                log("idle: exiting")
-                return
-            with connection:
-                connection.settimeout(None)
-                if _peer_uid(connection) != os.getuid():
-                    continue
-                self.handle(connection)
+                continue
+            except OSError:
+                if not self.running:
+                    return
+                time.sleep(POLL_S)  # out of descriptors: wait for some to close
+                continue
+            self.last_active = time.monotonic()
+            if not self.clients.acquire(blocking=False):
+                connection.close()
+                continue
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
 
-    # ------------------------------------------------------------------ one request
-    def handle(self, connection: socket.socket) -> None:
-        def send(event: dict) -> None:
-            connection.sendall(json.dumps(event, ensure_ascii=False).encode("utf-8") + b"\n")
-
+    # ------------------------------------------------------------------ one connection
+    def _serve(self, connection: socket.socket) -> None:
+        """One connection's thread: its request read, answered or handed to the main thread."""
         try:
-            with connection.makefile("rb") as lines:
-                request = json.loads(lines.readline(MAX_LINE) or b"{}")
-            if request.get("stop"):
-                self.running = False
-                send({"stopped": os.getpid()})
-                return
-            if (request.get("protocol"), request.get("stamp"), request.get("key")) != \
-                    (addresses.PROTOCOL, self.stamp, self.address.key):
-                send({"stale": True})
-                self.running = False  # another version's client: make way for its own server
-                return
-            self.generate(request, send)
-        except (BrokenPipeError, ConnectionResetError):
-            log("client went away mid-request")
-        except (ValueError, KeyError, TypeError) as exc:
+            with connection:
+                channel = Channel(connection)
+                if channel.uid != os.getuid():
+                    return
+                self.answer(channel, channel.read_request())
+        except BadRequest as exc:
             log(f"bad request: {exc}")
+        except ClientGone as exc:
+            if "without a request" not in str(exc):
+                log(f"client went away: {exc}")
+        except Exception:  # noqa: BLE001 - a thread's failure is logged, never printed to a client
+            log("".join(traceback.format_exc()))
+        finally:
+            self.clients.release()
 
-    def generate(self, request: dict, send) -> None:
+    def answer(self, channel: Channel, request: dict) -> None:
+        if request.get("stop"):
+            channel.send({"stopped": os.getpid()})
+            self.shut_down(f"stopped by pid {channel.pid}")
+            return
+        if "protocol" not in request:
+            raise BadRequest("no protocol")
+        if (request.get("protocol"), request.get("stamp"), request.get("key")) != \
+                (addresses.PROTOCOL, self.stamp, self.address.key):
+            channel.send({"stale": True})
+            self.shut_down("a client of other code or environment: making way for its own server")
+            return
+        changed = reads.changed(self.process_inputs)
+        if changed:
+            channel.send({"stale": True})
+            self.shut_down(f"{changed[0]} changed since it was loaded: making way for a fresh server")
+            return
+        self.hand_over(channel, request)
+
+    def hand_over(self, channel: Channel, request: dict) -> None:
+        """Queue the request for the main thread and wait until it is decoded; `busy` where the
+        decoding is not free within WAIT_S (the preload is waited for)."""
+        if not self._take_decoder():
+            channel.send({"busy": True})
+            return
+        try:
+            job = Job(channel, request)
+            self.jobs.put(job)
+            while not job.done.wait(POLL_S):
+                if not self.running and self.jobs.empty():
+                    return
+        finally:
+            self.decoder.release()
+
+    def _take_decoder(self) -> bool:
+        deadline = time.monotonic() + WAIT_S
+        while not self.decoder.acquire(timeout=POLL_S / 5):
+            if not self.running or (time.monotonic() > deadline and not self.preloading.is_set()):
+                return False
+        return True
+
+    # ------------------------------------------------------------------ decoding (main thread)
+    def decode(self, job: Job) -> None:
+        """Decode one request; whatever happens, the server goes on (and back to NEUTRAL)."""
+        try:
+            self.generate(job.request, job.channel)
+        except ClientGone as exc:
+            log(f"pid {job.channel.pid}: client {exc}: stopped decoding for it")
+        except Exception:  # noqa: BLE001 - logged; the client was told or is gone
+            log("".join(traceback.format_exc()))
+        finally:
+            with contextlib.suppress(OSError):
+                os.chdir(NEUTRAL)
+            self.last_active = time.monotonic()
+            job.done.set()
+
+    def generate(self, request: dict, channel: Channel) -> None:
+        from ..errors import UserError
+
+        cwd = request.get("cwd")
+        try:
+            if not isinstance(cwd, str):  # (an integer would be taken for a file descriptor)
+                raise TypeError("not a path")
+            os.chdir(cwd)
+        except (OSError, TypeError, ValueError) as exc:
+            reason = getattr(exc, "strerror", None) or type(exc).__name__
+            channel.send({"error": f"the warm server cannot enter the working directory {cwd!r} ({reason}); "
+                                   "run again from a folder it can enter, or set MARS_SERVER=off", "code": 2})
+            return
+        stream = EventStream(channel.send)
+        with contextlib.redirect_stderr(stream):
+            try:
+                self.decode_request(request, channel, str(cwd))
+            except UserError as exc:
+                stream.flush()
+                channel.send({"error": str(exc), "code": 2})
+            except Exception as exc:  # the client shows one line (or decodes itself); the traceback goes to the log
+                log("".join(traceback.format_exception(exc)))
+                stream.flush()
+                channel.send({"error": f"the warm server failed: {type(exc).__name__}: {exc} (log: {self.address.log})",
+                              "code": 1})
+            finally:
+                stream.flush()
+
+    def decode_request(self, request: dict, channel: Channel, cwd: str) -> None:
+        """Find (or build) the session, then send the generation events as they come."""
+        from .. import generation
         from ..errors import UserError
         from ..options import DecodingOptions
         from ..startup import Startup
         from ..tuning.clock import TALLY
-        from .. import generation
-
-        os.chdir(request["cwd"])
-        stream = EventStream(send)
-        with contextlib.redirect_stderr(stream):
-            try:
-                options = DecodingOptions.of(**request["options"])
-                options.validate()
-                startup = Startup(request.get("import_s"), TALLY.seconds, measure_import=False)
-                key = json.dumps([request["cwd"], options.flat()], sort_keys=True, default=str)
-                session = self.sessions.get(key)
-                send({"hello": os.getpid(), "reused": session is not None})
-                if session is None:
-                    session = generation.build(options, startup)
-                    self.keep(key, session)
-                else:
-                    self.sessions.move_to_end(key)
-                    session.as_fresh()  # this one-liner decoded as its own process would
-                    startup.built(TALLY.seconds)
-                for event in generation.events(session, request["text"], startup, request.get("stream", True)):
-                    stream.flush()
-                    send(event)
-            except UserError as exc:
-                stream.flush()
-                send({"error": str(exc), "code": 2})
-            except (BrokenPipeError, ConnectionResetError):
-                raise
-            except Exception as exc:  # the client shows one line; the traceback goes to the log
-                log("".join(traceback.format_exception(exc)))
-                stream.flush()
-                send({"error": f"the warm server failed: {type(exc).__name__}: {exc} (log: {self.address.log})",
-                      "code": 1})
-
-    def keep(self, key: str, session: object) -> None:
-        self.sessions[key] = session
-        while len(self.sessions) > KEPT_SESSIONS:
-            self.sessions.popitem(last=False)
-
-    def preload(self, flat_options: dict) -> None:
-        """Build the session the starting command used, before the first request asks for it."""
-        from ..options import DecodingOptions
-        from ..startup import Startup
-        from .. import generation
 
         try:
-            options = DecodingOptions.of(**flat_options)
-            session = generation.build(options, Startup(measure_import=False))
+            options = DecodingOptions.of(**_object(request.get("options")))
+            text = request["text"]
+            if not isinstance(text, str):
+                raise TypeError("the prompt is not text")
+        except (TypeError, KeyError) as exc:
+            raise UserError(f"the warm server could not read the request ({exc})") from None
+        options.validate()
+        kept_sessions.as_a_fresh_process()
+        startup = Startup(request.get("import_s"), TALLY.seconds, measure_import=False)
+        key = kept_sessions.session_key(cwd, options)
+        kept, changed = self.sessions.find(key)
+        if changed:
+            log(f"{changed[0]} changed{f' (and {len(changed) - 1} more)' if len(changed) > 1 else ''}: "
+                "building the session again")
+        channel.send({"hello": os.getpid(), "reused": kept is not None})
+        log(f"pid {channel.pid}: decoding ({'session reused' if kept is not None else 'building a session'})")
+        with reads.recording() as seen:
+            if kept is None:
+                kept = kept_sessions.build(options, startup)
+                self.sessions.keep(key, kept)
+                self.note_process_inputs()
+                session = kept.session
+            else:
+                session = kept_sessions.for_call(kept, options)
+                startup.built(TALLY.seconds)
+            stream = request.get("stream", True)
+            between = self.still_wanted(channel)
+            for event in generation.events(session, text, startup, bool(stream), between):  # type: ignore[arg-type]
+                sys.stderr.flush()
+                channel.send(event)
+        for name, identity in seen.items():  # what decoding read too (a cost curve on the first round)
+            kept.inputs.setdefault(name, identity)
+
+    def still_wanted(self, channel: Channel):  # type: ignore[no-untyped-def]
+        """Between decoded chunks: stop for a client that is gone, or a server that is stopping."""
+        def check() -> None:
+            if not self.running:
+                raise ClientGone("was dropped: the server is stopping")
+            channel.check()
+
+        return check
+
+    def note_process_inputs(self) -> None:
+        """The kernel library, once loaded: a changed one makes this server stale (it cannot load it again)."""
+        library = kept_sessions.kernel_library()
+        if library is not None:
+            self.process_inputs.setdefault(os.path.abspath(library), reads.identity(library))
+
+    def preload(self, flat_options: dict) -> None:
+        """Build the session the starting command used, before the first request asks for it
+        (in the starting command's folder); requests wait for it."""
+        from ..options import DecodingOptions
+        from ..startup import Startup
+
+        self.preloading.set()
+        try:
+            with self.decoder:
+                options = DecodingOptions.of(**flat_options)
+                kept = kept_sessions.build(options, Startup(measure_import=False))
+                self.sessions.keep(kept_sessions.session_key(os.getcwd(), options), kept)
+                self.note_process_inputs()
         except Exception as exc:  # noqa: BLE001 - the request will meet (and show) the same problem
             log(f"preload failed: {exc}")
-            return
-        self.keep(json.dumps([os.getcwd(), options.flat()], sort_keys=True, default=str), session)
+        finally:
+            self.preloading.clear()  # after the decoder is free: a waiting request takes it
 
 
-def _peer_uid(connection: socket.socket) -> int | None:
-    """The connecting process's uid (Linux SO_PEERCRED), or None where it cannot be read."""
-    try:
-        credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except (OSError, AttributeError):
-        return None
-    return struct.unpack("3i", credentials)[1]
+def _object(value: object) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError("the options are not a JSON object")
+    return value
 
 
 def log(text: str) -> None:
@@ -205,16 +374,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     place = addresses.folder()
     if not addresses.private_folder(place, create=True):
-        log(f"{place} is not a private folder: not serving")
+        log(f"{place} {addresses.folder_problem(place) or 'cannot be made'}: not serving")
         return 2
     server = Server(Address(place, args.key), addresses.idle_timeout_s())
-    if not server.listen():
+    problem = server.listen()
+    if problem == "live":
         return 0  # another server is live
+    if problem is not None:
+        log(f"not serving: {problem}")
+        return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     log(f"listening on {server.address.socket} (idle timeout {server.idle_s:g} s)")
     try:
+        server.start_accepting()
         if args.preload:
             server.preload(json.loads(args.preload))
+        os.chdir(NEUTRAL)  # not the starting command's folder (a mount kept busy)
         server.run()
     except KeyboardInterrupt:
         pass
