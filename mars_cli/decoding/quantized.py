@@ -2,9 +2,10 @@
 
 A GGUF's quantized weights reach us dequantised (models/gguf_cache.py): every group of 32 inputs
 of a row holds `offset + scale * q` for integer codes q (Q4_0/Q4_1/Q4_K: 16 levels; Q5_*, Q6_K,
-Q8_0: up to 256). `recover` finds those codes again, exactly, from the float32 values; weights
-from no quantized file are quantized afresh (Q4_1's rule, 16 levels; a draft head's, 256), which
-loses precision, and `QuantizedLinear.exact` says which.
+Q8_0: up to 256). `recover` finds those codes again, exactly, from the float32 values; a group
+whose codes the search does not find (weights from no quantized file: every group) is quantized
+afresh at its layer's width (Q4_1's rule: 16 levels, or 256 where the recovered groups need them;
+a draft head's, 256), which loses precision, and `QuantizedLinear.exact` and `.failed` say so.
 
 The product runs on this project's AVX2 kernel (decoding/kernels: 4-bit codes two a byte, 8-bit
 codes one a byte) where it builds, else on torch's int4 kernel (`aten._weight_int4pack_mm_for_cpu`;
@@ -51,13 +52,16 @@ class Codes:
     offset: torch.Tensor
     levels: int  # 16 or 256
     exact: bool  # reproduces the weight (to float32 rounding), not a fresh quantization
+    failed: int = 0  # groups whose codes were not recovered, quantized afresh (all of them: no search)
 
 
 def recover(weight: torch.Tensor, fresh_levels: int = LEVELS_INT4, search: bool = True) -> Codes:
     """The integer codes behind `weight`'s values, group by group: exact where every group is
-    `offset + scale * q` with at most 256 levels, else a fresh quantization to `fresh_levels`
-    levels (16, Q4_1's rule; 256 for a draft head, whose precision only moves its acceptance).
-    `search=False`: weights known to be floats (a head's) are quantized afresh without looking."""
+    `offset + scale * q` with at most 256 levels. Groups the search cannot fit are quantized
+    afresh, each with its own scale and offset as every group has: to the recovered groups' width
+    (at least `fresh_levels`), or, where none was recovered, to `fresh_levels` levels (16, Q4_1's
+    rule; 256 for a draft head, whose precision only moves its acceptance). `search=False`:
+    weights known to be floats (a head's) are quantized afresh without looking."""
     out_features, in_features = weight.shape
     groups = weight.detach().float().reshape(out_features, in_features // GROUP, GROUP)
     low, high = groups.amin(-1), groups.amax(-1)
@@ -75,14 +79,30 @@ def recover(weight: torch.Tensor, fresh_levels: int = LEVELS_INT4, search: bool 
     if bool(fits.all()):
         width = LEVELS_INT4 if int(codes.max()) < LEVELS_INT4 else LEVELS_INT8
         return Codes(codes.reshape(out_features, in_features).to(torch.int32), scale, low, width, True)
-    return _fresh(groups, low, spread, fresh_levels)
+    if not bool(fits.any()):
+        return _fresh(groups, low, spread, fresh_levels)
+    return _patched(groups, low, spread, fits, scale, codes, fresh_levels)
+
+
+def _patched(groups: torch.Tensor, low: torch.Tensor, spread: torch.Tensor, fits: torch.Tensor, scale: torch.Tensor,
+             codes: torch.Tensor, fresh_levels: int) -> Codes:
+    """The recovered groups' codes kept, the rest (`~fits`) quantized afresh at the layer's width:
+    one awkward group of a Q6_K layer costs that group's precision, not the layer's."""
+    recovered_levels = LEVELS_INT4 if int(codes[fits].max()) < LEVELS_INT4 else LEVELS_INT8
+    width = max(recovered_levels, fresh_levels)
+    rest = ~fits
+    fresh = _fresh(groups[rest], low[rest], spread[rest], width)
+    codes, scale = codes.clone(), scale.clone()
+    codes[rest], scale[rest] = fresh.codes.to(codes.dtype), fresh.scale
+    out_features = groups.shape[0]
+    return Codes(codes.reshape(out_features, -1).to(torch.int32), scale, low, width, False, int(rest.sum()))
 
 
 def _fresh(groups: torch.Tensor, low: torch.Tensor, spread: torch.Tensor, levels: int) -> Codes:
     """A fresh quantization of `groups` to `levels` levels from each group's least value (Q4_1's rule)."""
     scale = torch.where(spread > 0, spread / (levels - 1), torch.ones_like(spread))
     codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, levels - 1)
-    return Codes(codes.reshape(groups.shape[0], -1).to(torch.int32), scale, low, levels, False)
+    return Codes(codes.reshape(groups.shape[0], -1).to(torch.int32), scale, low, levels, False, spread.numel())
 
 
 def _fit(groups: torch.Tensor, low: torch.Tensor, spread: torch.Tensor, tolerance: torch.Tensor,
@@ -175,8 +195,10 @@ class QuantizedLinear:
     """One linear layer's forward on its codes, in place of `F.linear` on its float weight; the
     float weight stays (embeddings tied to it read it)."""
 
-    def __init__(self, matrices: list, bias: torch.Tensor | None, exact: bool, levels: int) -> None:
+    def __init__(self, matrices: list, bias: torch.Tensor | None, exact: bool, levels: int, failed: int = 0,
+                 groups: int = 0) -> None:
         self.matrices, self.bias, self.exact, self.levels = matrices, bias, exact, levels
+        self.failed, self.groups = failed, groups  # groups quantized afresh, of all its groups of GROUP weights
 
     @classmethod
     def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None, kernel: str | None = None) -> "QuantizedLinear":
@@ -199,7 +221,8 @@ class QuantizedLinear:
             high, low = found.codes // LEVELS_INT4, found.codes % LEVELS_INT4
             matrices = [Int4Matrix.of(high, found.scale * LEVELS_INT4, found.offset),
                         Int4Matrix.of(low, found.scale, torch.zeros_like(found.offset))]
-        return cls(matrices, None if bias is None else bias.detach(), found.exact, found.levels)
+        return cls(matrices, None if bias is None else bias.detach(), found.exact, found.levels, found.failed,
+                   found.scale.numel())
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if len(self.matrices) == 1 and isinstance(self.matrices[0], CodeMatrix):  # one call: the hot path
@@ -235,6 +258,19 @@ class Installed:
     code_bytes: int
     left: dict[str, str]  # layer name -> why it stays dense
     read: bool = False  # the codes were read from a stored copy, not recovered now
+    failed: int = 0  # groups (of GROUP weights) whose codes were not recovered: quantized afresh
+    groups: int = 0  # all the groups of the layers that are not exact
+    fresh_bits: tuple[int, ...] = ()  # the widths those groups were quantized afresh to
+
+
+def installed_counts(forwards: list["QuantizedLinear"], left: dict[str, str], read: bool) -> Installed:
+    """What `forwards` (the model's quantized layers) hold: how many, how many exactly, in how many
+    bytes, and the groups that were quantized afresh."""
+    inexact = [f for f in forwards if not f.exact]
+    return Installed(len(forwards), len(forwards) - len(inexact),
+                     sum(m.packed.numel() * m.packed.element_size() for f in forwards for m in f.matrices),
+                     left, read, sum(f.failed for f in inexact), sum(f.groups for f in inexact),
+                     tuple(sorted({4 if f.levels == LEVELS_INT4 else 8 for f in inexact})))
 
 
 def install(model: torch.nn.Module, copy: Path | None = None, fresh_levels: int = LEVELS_INT4,
@@ -256,9 +292,7 @@ def install(model: torch.nn.Module, copy: Path | None = None, fresh_levels: int 
     if copy is not None and stored is None and found:
         write_codes(copy, found)
     forwards = [layers[name].__dict__["forward"] for name in wanted]
-    return Installed(len(forwards), sum(f.exact for f in forwards),
-                     sum(m.packed.numel() * m.packed.element_size() for f in forwards for m in f.matrices),
-                     left, read=stored is not None)
+    return installed_counts(forwards, left, stored is not None)
 
 
 def read_codes(copy: Path, names: list[str]) -> dict[str, Codes] | None:
@@ -279,8 +313,10 @@ def read_codes(copy: Path, names: list[str]) -> dict[str, Codes] | None:
                     halves = torch.stack([codes & 0x0F, codes >> 4], dim=-1)
                     halves = halves.reshape(codes.shape[0], -1, GROUP // 2, 2).transpose(-1, -2)
                     codes = halves.reshape(codes.shape[0], -1)
-                found[name] = Codes(codes.to(torch.int32), stored.get_tensor(f"{name}.scale"),
-                                    stored.get_tensor(f"{name}.offset"), levels, meta[f"exact:{name}"] == "1")
+                scale, exact = stored.get_tensor(f"{name}.scale"), meta[f"exact:{name}"] == "1"
+                failed = int(meta.get(f"failed:{name}", 0 if exact else scale.numel()))  # older copies: all or none
+                found[name] = Codes(codes.to(torch.int32), scale, stored.get_tensor(f"{name}.offset"), levels, exact,
+                                    failed)
             return found
     except (OSError, SafetensorError, ValueError, KeyError):
         return None
@@ -295,6 +331,7 @@ def write_codes(copy: Path, found: dict[str, Codes]) -> None:
         packed = CodeMatrix.of(codes)
         tensors.update({f"{name}.codes": packed.codes, f"{name}.scale": packed.scale, f"{name}.offset": packed.offset})
         meta[f"levels:{name}"], meta[f"exact:{name}"] = str(codes.levels), "1" if codes.exact else "0"
+        meta[f"failed:{name}"] = str(codes.failed)
     temporary = copy.with_name(f"{copy.name}.tmp-{os.getpid()}")
     try:
         copy.parent.mkdir(parents=True, exist_ok=True)
@@ -369,7 +406,17 @@ def quantize_target(loaded: "LoadedModel", mode: str = QUANTIZED) -> Installed:
         raise UserError(f"--dtype {mode}: no linear layer of {loaded.spec} can run on codes here "
                         f"({next(iter(done.left.values()), 'none found')})")
     if done.exact < done.quantized:
-        note(f"--dtype {mode}: {done.quantized - done.exact} of {done.quantized} linear layers hold no quantized "
-             "file's codes and were quantized to 4 bits now (lossy; a quantized GGUF's codes are used exactly)",
-             once=True)
+        note(lossy_note(mode, done), once=True)
     return done
+
+
+def lossy_note(mode: str, done: Installed) -> str:
+    """What a partly fresh quantization says: how many groups the search could not recover codes
+    for, in how many layers, and at what width they were quantized afresh (the floats may well be
+    a quantized file's: the search, not the file, failed)."""
+    bits = " or ".join(str(b) for b in done.fresh_bits) or "4"
+    return (f"--dtype {mode}: the codes of {done.failed:,} of the {done.groups:,} groups of {GROUP} weights in "
+            f"{done.quantized - done.exact} of {done.quantized} linear layers could not be recovered from their "
+            f"de-quantized floats (no offset and scale with at most {LEVELS_INT8} levels reproduce those groups to "
+            f"float32 rounding); those groups were quantized to {bits} bits now (lossy; the groups recovered keep "
+            "their codes exactly)")

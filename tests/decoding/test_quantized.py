@@ -165,3 +165,44 @@ def test_q4a8_is_the_exact_product_with_the_rounded_activations_for_every_code_w
     our_error = float((ours - exact).abs().max()) / scale_of_outputs
     llamacpp_error = float((llamacpp - exact).abs().max()) / scale_of_outputs
     assert our_error <= llamacpp_error * 1.01 + 1e-5
+
+
+def with_an_awkward_group(weight: torch.Tensor, row: int = 3, group: int = 1) -> torch.Tensor:
+    """`weight` with one value of one group moved off its grid by an irrational part of a step."""
+    awkward = weight.clone()
+    values = awkward[row, group * quantized.GROUP:(group + 1) * quantized.GROUP]
+    middle = int((values - values.median()).abs().argmin())  # neither the least nor the greatest
+    values[middle] += float(values.max() - values.min()) / 255 * 0.3183
+    return awkward
+
+
+@pytest.mark.parametrize("kind, levels", [(GGMLQuantizationType.Q4_1, 16), (GGMLQuantizationType.Q8_0, 256)])
+def test_one_awkward_group_is_quantized_afresh_and_the_others_keep_their_codes(kind, levels):
+    """Issue 71 item 14: a group the search cannot fit costs that group's precision, at its layer's
+    width, not the whole layer's (which became fresh 4-bit codes)."""
+    weight = with_an_awkward_group(through_gguf(torch.randn(32, 128, generator=torch.Generator().manual_seed(4)), kind))
+    found = quantized.recover(weight)
+    assert not found.exact and found.failed == 1 and found.levels == levels
+    rebuilt = (found.offset.repeat_interleave(quantized.GROUP, 1)
+               + found.scale.repeat_interleave(quantized.GROUP, 1) * found.codes)
+    error = (rebuilt - weight).abs().reshape(32, -1, quantized.GROUP).amax(-1)
+    assert float(error[3, 1]) > 0  # the awkward group: quantized afresh
+    error[3, 1] = 0
+    assert float(error.max()) <= 1e-6 * float(weight.abs().max())  # every other group: exact
+
+
+def test_the_lossy_note_blames_the_search_and_counts_the_groups(tmp_path):
+    weight = with_an_awkward_group(through_gguf(torch.randn(32, 128, generator=torch.Generator().manual_seed(4)),
+                                                GGMLQuantizationType.Q4_1))
+    model = torch.nn.Sequential(torch.nn.Linear(128, 32, bias=False), torch.nn.Linear(128, 32, bias=False))
+    with torch.no_grad():
+        model[0].weight.copy_(weight)
+        model[1].weight.copy_(through_gguf(torch.randn(32, 128), GGMLQuantizationType.Q4_1))
+    copy = tmp_path / "q4.safetensors"
+    for done in (quantized.install(model, copy), quantized.install(torch.nn.Sequential(*model), copy)):
+        assert (done.quantized, done.exact, done.failed, done.groups, done.fresh_bits) == (2, 1, 1, 128, (4,))
+        quantized.remove(model)
+    line = quantized.lossy_note("q4", done)
+    assert done.read and "the codes of 1 of the 128 groups of 32 weights in 1 of 2 linear layers" in line
+    assert "could not be recovered from their de-quantized floats" in line and "quantized to 4 bits now (lossy" in line
+    assert "no quantized file" not in line
