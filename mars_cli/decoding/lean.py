@@ -44,7 +44,7 @@ def problem(model: torch.nn.Module) -> str | None:
         return "the lean forward runs on the CPU"
     from . import kernels
 
-    if not kernels.loaded():  # every op it calls (mars::decoder_layer, rms_norm), not a library loaded
+    if not kernels.loaded():  # every op it calls registered, not merely a library loaded
         return "the lean forward runs on this project's kernels, not loaded here"
     return None
 

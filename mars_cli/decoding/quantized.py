@@ -367,8 +367,7 @@ def installed(model: torch.nn.Module) -> bool:
 
 def check_kernels(mode: str) -> None:
     """`--dtype mode`'s kernels, or one line: q4a8 runs on this project's only (UserError without
-    them); q4 falls back to torch's int4 kernel, and says so, as this project's are several times
-    faster."""
+    them); q4 falls back to torch's int4 kernel (vectorised for AVX-512 only), and says so."""
     from ..errors import UserError
     from ..notes import note
     from . import kernels
@@ -378,7 +377,7 @@ def check_kernels(mode: str) -> None:
         return
     if mode == QUANTIZED_A8 or not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):
         raise UserError(f"--dtype {mode} needs this project's CPU kernels: {why}")
-    note(f"--dtype {mode} runs on torch's int4 kernel here, slower than this project's: {why}", once=True)
+    note(f"--dtype {mode} runs on torch's int4 kernel here, not this project's: {why}", once=True)
 
 
 COPY_NAME = "q4.safetensors"  # in a GGUF cache entry's folder of converted weights (models/loading.py)

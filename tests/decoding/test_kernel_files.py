@@ -143,4 +143,4 @@ def test_a_gguf_with_a_corrupt_library_explicit_modes_say_one_line_and_auto_answ
     assert line.startswith("mars: error: --dtype q4a8") and "truncated" in line
     fallback = run([*generate, "--dtype", "q4", "--draft", "none"], tmp_path / "kernels", **env)
     assert fallback.returncode == 0, fallback.stderr
-    assert "mars: note: --dtype q4 runs on torch's int4 kernel here" in fallback.stderr
+    assert "mars: note: --dtype q4 runs on torch's int4 kernel here, not this project's" in fallback.stderr

@@ -96,15 +96,21 @@ def damage() -> str | None:
     return None if why == MISSING else why
 
 
-@lru_cache(maxsize=1)
 def existing_problem() -> str | None:
     """Why the library already in build_dir() is not usable (MISSING where there is none), or None
     once it is loaded: checked and loaded under the shared lock, never built."""
+    return _existing()[0]
+
+
+@lru_cache(maxsize=1)
+def _existing() -> tuple[str | None, tuple[int, int] | None]:
+    """existing_problem(), and which file it judged (device, inode): a rebuild deletes that one only."""
     path = library()
     if not path.is_file():
-        return MISSING
+        return MISSING, None
     with _locked(path.parent, exclusive=False):
-        return file_problem(path) or _load(path)
+        judged = _identity(path)
+        return file_problem(path) or _load(path), judged
 
 
 @lru_cache(maxsize=1)
@@ -120,7 +126,7 @@ def problem() -> str | None:
     if bad is None:
         return None
     try:
-        failed = _rebuild(None if bad == MISSING else bad)
+        failed = _rebuild(_existing()[1])
     except (Exception, SystemExit) as exc:  # torch's builder: no compiler, a failed compile, an unwritable folder
         failed = _last_line(exc)
     if failed is None:
@@ -194,15 +200,14 @@ def _load(path: Path) -> str | None:
     return None
 
 
-def _rebuild(bad: str | None) -> str | None:
+def _rebuild(bad: tuple[int, int] | None) -> str | None:
     """Under the exclusive lock: the library another process built meanwhile, else a fresh build
-    (`bad`: the file there was judged bad, and is deleted first). Why it failed, or None (loaded)."""
+    (`bad`: the file judged bad, which is deleted first). Why it failed, or None (loaded)."""
     path = library()
     path.parent.mkdir(parents=True, exist_ok=True)
-    seen = _identity(path) if bad is not None else None
     with _locked(path.parent, exclusive=True):
         current = _identity(path)
-        if current is not None and current != seen and file_problem(path) is None:  # rebuilt by another
+        if current is not None and current != bad and file_problem(path) is None:  # built by another meanwhile
             return _load(path)
         if current is not None:
             path.unlink()
