@@ -106,6 +106,16 @@ def test_the_builder_exits_1_in_one_line_when_it_cannot_build(tmp_path):
     assert "could not be built" in line and not line.rstrip().endswith(".so")
 
 
+def test_the_builder_exits_0_on_a_cpu_that_cannot_run_the_kernels(tmp_path):
+    """`make setup` goes on without them there (it stops for a failed build)."""
+    code = ("import sys; from mars_cli.decoding import kernels; "
+            "kernels.cpu_problem = lambda: 'the q4 kernel needs AVX2 and FMA'; sys.exit(kernels.main())")
+    done = run(["-c", code], tmp_path / "kernels", **NO_COMPILER)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert one_line(done.stdout).startswith("mars q4 kernel: not used here: the q4 kernel needs AVX2 and FMA")
+    assert not (tmp_path / "kernels").exists()  # nothing built, nothing made
+
+
 def test_a_library_that_loads_but_is_not_the_kernel_is_rebuilt(tmp_path, real_library):
     """The one real build here (about a minute): the impostor is loaded, refused, deleted, and the
     kernel built beside it under another name, renamed into place and its ops used."""
