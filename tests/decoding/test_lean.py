@@ -147,16 +147,13 @@ def test_attend_matches_sdpa_with_rotary_embeddings_and_the_cache(width, masked)
 
 def a8_reference(x: torch.Tensor, found: quantized.Codes) -> torch.Tensor:
     """The q4a8 product in plain torch: each group of 32 inputs rounded to int8 codes with scale
-    max|x| / 127; 8-bit weight codes moved down by 128 (their offset up by 128 scales); the
-    offsets multiply the exact float group sums."""
+    max|x| / 127, then multiplied by the dequantised weights: every term (codes, offsets, the 8-bit
+    codes' shift by 128) takes the same rounded inputs, as llama.cpp's Q8_1 sums do."""
     groups = x.reshape(-1, x.shape[-1] // 32, 32)
     peak = groups.abs().amax(-1, keepdim=True)
     inputs = torch.where(peak > 0, torch.round(groups * (127 / peak)), torch.zeros_like(groups)) * (peak / 127)
-    shift = 128 if found.levels == quantized.LEVELS_INT8 else 0
-    codes = (found.codes - shift).float()
-    offset = found.offset + shift * found.scale
-    scaled = found.scale.repeat_interleave(32, dim=1) * codes
-    return inputs.reshape(-1, x.shape[-1]) @ scaled.T + groups.sum(-1) @ offset.T
+    weight = found.offset.repeat_interleave(32, dim=1) + found.scale.repeat_interleave(32, dim=1) * found.codes.float()
+    return inputs.reshape(-1, x.shape[-1]) @ weight.T
 
 
 @pytest.mark.parametrize("levels", [quantized.LEVELS_INT4, quantized.LEVELS_INT8])

@@ -19,6 +19,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -217,138 +219,150 @@ inline __m256i group_dot(__m256i w, __m256i a) {
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
-template <int Bits, int Rows>
-inline void pass_a8(const QuantizedRows& rows, int64_t first, int64_t K, const uint8_t* codes, const float* scale,
-                    int64_t groups, float* out) {
-  constexpr int64_t bytes_per_group = kGroup * Bits / 8;
-  __m256 acc[Rows][2];  // per row, even and odd groups on two chains, whatever the width: every width
-  for (int r = 0; r < Rows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();  // sums in the same order
+// acc + factor a[g] b[g] for g < n, lane-wise (eight groups a vector, the last ones masked), before
+// acc's horizontal sum: the offsets' terms cost a few vector operations per output and row instead of
+// a dot product of their own, in one fixed order at every width.
+inline __m256 add_products(__m256 acc, const float* a, const float* b, int64_t n, float factor = 1.f) {
+  const __m256 times = _mm256_set1_ps(factor);
+  int64_t g = 0;
+  for (; g + 8 <= n; g += 8) acc = _mm256_fmadd_ps(_mm256_mul_ps(times, _mm256_loadu_ps(a + g)), _mm256_loadu_ps(b + g), acc);
+  if (g < n) {
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - g)), lanes);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(times, _mm256_maskload_ps(a + g, mask)), _mm256_maskload_ps(b + g, mask), acc);
+  }
+  return acc;
+}
+
+// A tile of O outputs by R rows of x over 4-bit codes in pairs of groups (see QuantizedRows): a
+// pair's codes are unpacked once for the tile's R rows, and a row's activations loaded once for its
+// O outputs, so a wide pass reads and unpacks each code once per R rows instead of once per row.
+// out[o * R + r] gets output o's scaled sum for row r, each summed in one order whatever the tile
+// (pair by pair, then a last odd group): a row's output must not depend on how many rows or outputs
+// came with it, or 8-bit rounding of the next layer's inputs turns a last-bit difference into a
+// different token (strict verification would then not reproduce plain decoding).
+template <int O, int R>
+void tile_pairs(const QuantizedRows& rows, int64_t first, int64_t K, const uint8_t* codes, int64_t row_bytes,
+                const float* scale, const float* offset, int64_t groups, float* out) {
+  const int64_t pairs = groups / 2;
+  const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  const int8_t* a_rows = rows.codes.data() + first * K;
+  const float* a_scales = rows.pair_scales.data() + first * pairs * 8;
+  __m256 acc[O][R];
+  for (int o = 0; o < O; ++o)
+    for (int r = 0; r < R; ++r) acc[o][r] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m256i low[O], high[O];
+    __m256 weight_scale[O];
+    for (int o = 0; o < O; ++o) {
+      const __m256i both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + o * row_bytes + p * kGroup));
+      low[o] = _mm256_and_si256(both, mask);
+      high[o] = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
+      const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scale + o * groups + 2 * p)));
+      weight_scale[o] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), spread);
+    }
+    for (int r = 0; r < R; ++r) {
+      const int8_t* a = a_rows + r * K + p * 2 * kGroup;
+      const __m256i a_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+      const __m256i a_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + kGroup));
+      const __m256 a_scale = _mm256_loadu_ps(a_scales + (r * pairs + p) * 8);
+      for (int o = 0; o < O; ++o) {
+        const __m256i halves = _mm256_add_epi16(_mm256_maddubs_epi16(low[o], a_low),
+                                                _mm256_maddubs_epi16(high[o], a_high));
+        const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(halves, ones));
+        acc[o][r] = _mm256_fmadd_ps(_mm256_mul_ps(weight_scale[o], a_scale), dot, acc[o][r]);
+      }
+    }
+  }
+  for (int o = 0; o < O; ++o)
+    for (int r = 0; r < R; ++r) {
+      const float* group_sums = rows.sums.data() + (first + r) * groups;
+      out[o * R + r] = horizontal_sum(add_products(acc[o][r], offset + o * groups, group_sums, groups));
+    }
+  if (groups % 2) {  // the last group, as is
+    const int64_t g = groups - 1;
+    for (int o = 0; o < O; ++o) {
+      const __m256i w = group_bytes<4>(codes + o * row_bytes + g * 16);
+      for (int r = 0; r < R; ++r) {
+        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a_rows + r * K + g * kGroup));
+        out[o * R + r] += scale[o * groups + g] * rows.scales[(first + r) * groups + g] *
+                          static_cast<float>(integer_sum(group_dot<4>(w, av)));
+      }
+    }
+  }
+}
+
+// 8-bit codes (the Q8_0 output layer, a head's), one output by R rows: a group's codes are loaded
+// and their signs taken once for the R rows. Every row sums even and odd groups on two chains, in
+// the same order whatever R.
+template <int R>
+void tile_bytes(const QuantizedRows& rows, int64_t first, int64_t K, const uint8_t* codes, int64_t row_bytes,
+                const float* scale, const float* offset, int64_t groups, float* out) {
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const int8_t* a = rows.codes.data() + first * K;
   const float* a_scale = rows.scales.data() + first * groups;
   for (int64_t g = 0; g < groups; ++g) {
-    const __m256i w = group_bytes<Bits>(codes + g * bytes_per_group);
-    for (int r = 0; r < Rows; ++r) {
+    const __m256i w = group_bytes<8>(codes + g * kGroup);
+    const __m256i magnitude = _mm256_sign_epi8(w, w);
+    const __m256 weight_scale = _mm256_broadcast_ss(scale + g);
+    for (int r = 0; r < R; ++r) {
       const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * K + g * kGroup));
-      const __m256 dot = _mm256_cvtepi32_ps(group_dot<Bits>(w, av));
-      acc[r][g & 1] = _mm256_fmadd_ps(_mm256_set1_ps(scale[g] * a_scale[r * groups + g]), dot, acc[r][g & 1]);
+      const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(av, w));  // |w| times a with w's sign
+      const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+      const __m256 both = _mm256_mul_ps(weight_scale, _mm256_broadcast_ss(a_scale + r * groups + g));
+      acc[r][g & 1] = _mm256_fmadd_ps(both, dot, acc[r][g & 1]);
     }
   }
-  for (int r = 0; r < Rows; ++r) out[r] = horizontal_sum(_mm256_add_ps(acc[r][0], acc[r][1]));
-}
-
-// 4-bit codes, pairs of groups (see QuantizedRows); a last odd group on its own.
-template <int Rows>
-inline void pass_pairs(const QuantizedRows& rows, int64_t first, int64_t K, const uint8_t* codes, const float* scale,
-                       int64_t groups, float* out) {
-  const int64_t pairs = groups / 2;
-  const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-  __m256 acc[Rows];
-  for (int r = 0; r < Rows; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < pairs; ++p) {
-    const __m256i both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + p * kGroup));
-    const __m256i low = _mm256_and_si256(both, mask), high = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
-    const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scale + 2 * p)));
-    const __m256 weight_scale = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), spread);
-    for (int r = 0; r < Rows; ++r) {
-      const int8_t* a = rows.codes.data() + (first + r) * K + p * 2 * kGroup;
-      const __m256i halves = _mm256_add_epi16(
-          _mm256_maddubs_epi16(low, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-          _mm256_maddubs_epi16(high, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + kGroup))));
-      const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(halves, ones));
-      const __m256 scales = _mm256_mul_ps(weight_scale, _mm256_loadu_ps(rows.pair_scales.data() + ((first + r) * pairs + p) * 8));
-      acc[r] = _mm256_fmadd_ps(scales, dot, acc[r]);
-    }
-  }
-  for (int r = 0; r < Rows; ++r) out[r] = horizontal_sum(acc[r]);
-  if (groups % 2) {  // the last group, as is
-    const int64_t g = groups - 1;
-    const __m256i w = group_bytes<4>(codes + g * 16);
-    for (int r = 0; r < Rows; ++r) {
-      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.codes.data() + (first + r) * K + g * kGroup));
-      out[r] += scale[g] * rows.scales[(first + r) * groups + g] * static_cast<float>(integer_sum(group_dot<4>(w, av)));
-    }
+  for (int r = 0; r < R; ++r) {
+    const float* group_sums = rows.sums.data() + (first + r) * groups;
+    __m256 total = add_products(_mm256_add_ps(acc[r][0], acc[r][1]), offset, group_sums, groups);
+    total = add_products(total, scale, group_sums, groups, 128.f);  // codes moved down by 128
+    out[r] = horizontal_sum(total);
   }
 }
 
-// One row of x against four outputs at once (4-bit codes, pairs of groups): the activations are
-// loaded once for the four. out[o] gets output o's scaled sum, added in pass_pairs' order: a row's
-// output must not depend on how many rows came with it, or 8-bit rounding of the next layer's
-// inputs turns a last-bit difference into a different token (strict verification would then not
-// reproduce plain decoding).
-inline void pass_pairs_four_outputs(const QuantizedRows& rows, int64_t K, const uint8_t* codes, int64_t row_bytes,
-                                    const float* scale, int64_t groups, float* out) {
-  const int64_t pairs = groups / 2;
-  const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t p = 0; p < pairs; ++p) {
-    const int8_t* a = rows.codes.data() + p * 2 * kGroup;
-    const __m256i a_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-    const __m256i a_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + kGroup));
-    const __m256 a_scale = _mm256_loadu_ps(rows.pair_scales.data() + p * 8);
-    for (int o = 0; o < 4; ++o) {
-      const __m256i both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + o * row_bytes + p * kGroup));
-      const __m256i low = _mm256_and_si256(both, mask), high = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
-      const __m256i halves = _mm256_add_epi16(_mm256_maddubs_epi16(low, a_low), _mm256_maddubs_epi16(high, a_high));
-      const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scale + o * groups + 2 * p)));
-      const __m256 scales = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), spread), a_scale);
-      acc[o] = _mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(_mm256_madd_epi16(halves, ones)), acc[o]);
-    }
-  }
-  for (int o = 0; o < 4; ++o) out[o] = horizontal_sum(acc[o]);  // as pass_pairs sums: the same order
-  if (groups % 2) {  // the last group, as is
-    const int64_t g = groups - 1;
-    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.codes.data() + g * kGroup));
-    for (int o = 0; o < 4; ++o) {
-      const __m256i w = group_bytes<4>(codes + o * row_bytes + g * 16);
-      out[o] += scale[o * groups + g] * rows.scales[g] * static_cast<float>(integer_sum(group_dot<4>(w, av)));
-    }
-  }
+using Tile = void (*)(const QuantizedRows&, int64_t, int64_t, const uint8_t*, int64_t, const float*, const float*, int64_t,
+                      float*);
+
+constexpr int kMaxTileOutputs = 4;
+constexpr int kMaxTileRows = 8;
+
+template <int O, size_t... R>
+constexpr std::array<Tile, kMaxTileRows> pair_tiles(std::index_sequence<R...>) {
+  return {&tile_pairs<O, static_cast<int>(R) + 1>...};
 }
+
+template <size_t... R>
+constexpr std::array<Tile, kMaxTileRows> byte_tiles(std::index_sequence<R...>) {
+  return {&tile_bytes<static_cast<int>(R) + 1>...};
+}
+
+// kPairTiles[o - 1][r - 1]: o outputs by r rows of 4-bit codes; kByteTiles[r - 1]: r rows of 8-bit codes.
+constexpr auto kRowCounts = std::make_index_sequence<kMaxTileRows>();
+const std::array<std::array<Tile, kMaxTileRows>, kMaxTileOutputs> kPairTiles = {
+    pair_tiles<1>(kRowCounts), pair_tiles<2>(kRowCounts), pair_tiles<3>(kRowCounts), pair_tiles<4>(kRowCounts)};
+const std::array<Tile, kMaxTileRows> kByteTiles = byte_tiles(kRowCounts);
 
 template <int Bits>
 void outputs_a8(const QuantizedRows& rows, const uint8_t* codes, const float* scale, const float* offset, float* y,
                 int64_t M, int64_t N, int64_t K, int64_t begin, int64_t end) {
   const int64_t groups = K / kGroup;
-  const int64_t bytes_per_group = kGroup * Bits / 8;
-  constexpr int64_t kRows = 4;
-  float sums[kRows];
-  int64_t n = begin;
-  if constexpr (Bits == 4) {  // one row of x: four outputs at a time (8-bit codes measured slower so)
-    for (; M == 1 && n + 4 <= end; n += 4) {
-      pass_pairs_four_outputs(rows, K, codes + n * groups * bytes_per_group, groups * bytes_per_group,
-                              scale + n * groups, groups, sums);
-      for (int o = 0; o < 4; ++o) y[n + o] = sums[o] + dot(offset + (n + o) * groups, rows.sums.data(), groups);
-    }
-  }
-  for (; n < end; ++n) {
-    const uint8_t* row_codes = codes + n * groups * bytes_per_group;
-    const float* row_scale = scale + n * groups;
-    const float* row_offset = offset + n * groups;
-    for (int64_t first = 0; first < M; first += kRows) {
-      const int64_t count = std::min(kRows, M - first);
-      if constexpr (Bits == 4) {
-        switch (count) {
-          case 4: pass_pairs<4>(rows, first, K, row_codes, row_scale, groups, sums); break;
-          case 3: pass_pairs<3>(rows, first, K, row_codes, row_scale, groups, sums); break;
-          case 2: pass_pairs<2>(rows, first, K, row_codes, row_scale, groups, sums); break;
-          default: pass_pairs<1>(rows, first, K, row_codes, row_scale, groups, sums); break;
-        }
-      } else {
-        switch (count) {
-          case 4: pass_a8<Bits, 4>(rows, first, K, row_codes, row_scale, groups, sums); break;
-          case 3: pass_a8<Bits, 3>(rows, first, K, row_codes, row_scale, groups, sums); break;
-          case 2: pass_a8<Bits, 2>(rows, first, K, row_codes, row_scale, groups, sums); break;
-          default: pass_a8<Bits, 1>(rows, first, K, row_codes, row_scale, groups, sums); break;
-        }
-      }
-      for (int64_t r = 0; r < count; ++r) {
-        const float* group_sums = rows.sums.data() + (first + r) * groups;
-        float offsets = dot(row_offset, group_sums, groups);
-        if constexpr (Bits == 8) offsets += 128.f * dot(row_scale, group_sums, groups);  // codes moved down by 128
-        y[(first + r) * N + n] = sums[r] + offsets;
-      }
+  const int64_t row_bytes = groups * kGroup * Bits / 8;
+  // one row: four outputs at a time (its activations loaded once for them); wider: one output by up
+  // to eight rows (its codes unpacked once for them; measured ahead of 2 x 4 and 4 x 2 tiles)
+  const int64_t tile_outputs = Bits == 4 && M == 1 ? kMaxTileOutputs : 1;
+  const int64_t tile_rows = M == 1 ? 1 : kMaxTileRows;
+  float sums[kMaxTileOutputs * kMaxTileRows];
+  for (int64_t n = begin; n < end; n += tile_outputs) {
+    const int64_t outputs = std::min(tile_outputs, end - n);
+    for (int64_t first = 0; first < M; first += tile_rows) {
+      const int64_t count = std::min(tile_rows, M - first);
+      const Tile tile = Bits == 4 ? kPairTiles[outputs - 1][count - 1] : kByteTiles[count - 1];
+      tile(rows, first, K, codes + n * row_bytes, row_bytes, scale + n * groups, offset + n * groups, groups, sums);
+      for (int64_t o = 0; o < outputs; ++o)
+        for (int64_t r = 0; r < count; ++r) y[(first + r) * N + n + o] = sums[o * count + r];
     }
   }
 }
