@@ -14,7 +14,10 @@ dtype, packing, the int8 head and the cost curve:
   still decides this run, and is stored as *provisional* with its date: later runs use it
   without measuring until RETRY_AFTER_S have passed and the machine is quiet (or `mars tune`
   is run). Measuring again on every call under load once took a one-liner 11-16 s;
-- drift (drift.py) turns a settled entry provisional: measured again once the machine is quiet.
+- drift (drift.py) turns a settled entry provisional: measured again once the machine is quiet;
+- a re-measurement never makes an answer worse: one cut short or taken on a busy machine keeps the
+  entry it re-measured (`replaces`), re-dated, unless the choice says its partial answer is the
+  better one; `mars tune` (`fresh`) replaces whatever it measures.
 """
 
 from __future__ import annotations
@@ -83,6 +86,14 @@ class MeasuredChoice(ABC, Generic[R]):
     @abstractmethod
     def fallback(self, why: str) -> R:
         """The safe answer when nothing was measured (`why`: one clause)."""
+
+    def replaces(self, result: R, previous: R) -> bool:
+        """Whether `result`, measured now in place of the entry `previous`, may replace it: a complete
+        measurement always; one cut short or taken on a busy machine never, by default (its verdict
+        may rest on candidates it never reached: a cut-short dtype measurement fell back to float32
+        over a settled q4a8). A subclass says when a partial one is still the better answer (it
+        weighed the previous answer too, or it only adds to the previous entry's figures)."""
+        return result.provenance.provisional is None  # type: ignore[attr-defined]
 
     def complete(self, result: R) -> bool:
         """Whether a cached result answers this use in full (a cost curve: all the widths asked)."""
@@ -187,9 +198,22 @@ def _obtain(choice: MeasuredChoice[R], fresh: bool, budget: clock.Budget, announ
         provenance.measured_at, provenance.busy = clock.wall(), busy is not None
         if provenance.provisional is not None and cached is not None and cached.provenance.provisional is not None:
             provenance.attempts = cached.provenance.attempts + 1  # type: ignore[attr-defined]
+        if cached is not None and not fresh and not choice.replaces(result, cached):
+            result = _kept(cached, provenance)
         save(choice, result)
     _announce(choice, result, announce, had_entry=cached is not None)
     return result
+
+
+def _kept(previous: R, attempt: Provenance) -> R:
+    """`previous`, kept over a re-measurement that may not replace it, dated by that attempt: it
+    stays provisional (a settled entry turned provisional by drift keeps its reason) and is measured
+    again when a provisional entry would be, never by cutting a user's run past its budget."""
+    provenance: Provenance = previous.provenance  # type: ignore[attr-defined]
+    provenance.provisional = provenance.provisional or attempt.provisional
+    provenance.measured_at, provenance.busy, provenance.attempts = attempt.measured_at, attempt.busy, attempt.attempts
+    provenance.cached = True
+    return previous
 
 
 def _announce(choice: MeasuredChoice, result: object, announce: bool, had_entry: bool, once: bool = False) -> None:

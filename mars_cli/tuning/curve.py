@@ -154,6 +154,11 @@ class CurveMeasurement(MeasuredChoice[MeasuredCurve]):
         settled = frozenset(w for w in settled if type(w) is int and w in costs) if isinstance(settled, list) else frozenset()
         return MeasuredCurve(CostCurve(self.key, costs, settled)) if costs else None
 
+    def replaces(self, result: MeasuredCurve, previous: MeasuredCurve) -> bool:
+        """Always: `measure` keeps the previous entry's widths and adds to them (or stands them in
+        for the widths it could not time again), so a partial curve holds at least as much."""
+        return True
+
     def fallback(self, why: str) -> MeasuredCurve:
         """A stand-in, measuring nothing: `default_curve` at width 1's cost where this session
         knows it, else the dtype measurement's plain step, else DEFAULT_PLAIN_MS (the chooser

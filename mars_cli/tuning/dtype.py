@@ -186,6 +186,15 @@ class DtypeMeasurement(MeasuredChoice[DtypeChoice]):
     def fallback(self, why: str) -> DtypeChoice:
         return DtypeChoice(self.key, EXACT, [Candidate(EXACT, True, 1.0)], Provenance(provisional=why))
 
+    def replaces(self, result: DtypeChoice, previous: DtypeChoice) -> bool:
+        """A complete measurement, or one cut short that timed both its own choice and the previous
+        one in this run (then it weighed them side by side); never one that did not reach the
+        previous choice (a budget-starved run once put a settled q4a8 back on float32)."""
+        if result.provenance.provisional is None:
+            return True
+        timed = compared(result.candidates)
+        return result.chosen in timed and previous.chosen in timed
+
     def describe(self, result: DtypeChoice) -> str:
         return describe(result)
 

@@ -651,3 +651,24 @@ def test_an_estimate_on_a_curve_cut_short_keeps_the_choice_provisional(tiny_dir,
     first.provenance.busy = True  # measured on a busy machine: nothing of it stands
     loaded.measure(None, first)
     assert len(fake.asked) == 2
+
+
+@pytest.mark.parametrize("reached", [[], ["float32"], ["bfloat16"], ["float32", "bfloat16"]])
+def test_a_re_measurement_cut_short_never_puts_a_settled_choice_back_on_float32(tiny_dir, probe, cache, reached):
+    """The newcomer's trap: a settled bfloat16 (q4a8 on a GGUF) turned provisional by drift, then
+    re-measured by a one-liner whose budget ran out, cut before each candidate's timing. A run that
+    did not time the settled choice keeps it; one that timed both weighs them (here bfloat16 wins)."""
+    fake = probe(float32=[10.0, 10.0, 10.0], bfloat16=[6.0, 6.0, 6.0])
+    assert auto(tiny_dir).dtype == torch.bfloat16
+    [path] = entries(cache)
+    assert protocol.mark_provisional(path, "drift: plain decoding no longer matches")
+    fake.blocks = 2  # cut short: the candidates it reached got two blocks each
+    timed = fake.__call__
+
+    def reaching(target, use, names, deadline=None):
+        return {name: times for name, times in timed(target, use, names, deadline).items() if name in reached}
+
+    tuning_dtype.time_steps = reaching  # restored by the probe fixture's monkeypatch
+    again = auto(tiny_dir)
+    assert again.dtype == torch.bfloat16 and read_entry(cache)["chosen"] == "bfloat16"
+    assert again.dtype_choice.provenance.provisional is not None

@@ -236,3 +236,37 @@ def test_a_zero_budget_measures_nothing_and_falls_back(clocks, monkeypatch):
     toy = ToyMeasurement(clocks)
     result = obtain(toy)
     assert toy.measured == 0 and result.value == 0 and "spent" in result.provenance.provisional
+
+
+def test_a_re_measurement_cut_short_keeps_the_entry_it_re_measured(clocks, monkeypatch):
+    """A measurement never makes an answer worse: an entry due again (drift made it provisional)
+    whose re-measurement is cut short by the budget keeps its answer, re-dated and provisional; a
+    complete re-measurement replaces it; `mars tune` (fresh) replaces it whatever it finds."""
+    settled = ToyMeasurement(clocks, value=7)
+    assert obtain(settled).value == 7 and entry(settled)["provisional"] is None
+    assert choice.mark_provisional(settled.path, "drift: the forwards left the curve")
+    for cut in range(1, ToyMeasurement.SAMPLES):  # cut after every sample it could take
+        monkeypatch.setattr(clock, "BUDGET", clock.Budget())
+        starved = ToyMeasurement(clocks, value=0, seconds=ToyMeasurement.budget_s / cut + 0.01)
+        kept = obtain(starved)
+        assert starved.measured == 1 and kept.value == 7 and kept.provenance.provisional is not None
+        assert entry(starved)["value"] == 7 and entry(starved)["measured_at"] == clocks.wall
+        clocks.wall += choice.RETRY_AFTER_S  # due again
+    monkeypatch.setattr(clock, "BUDGET", clock.Budget())
+    full = ToyMeasurement(clocks, value=9)
+    assert obtain(full).value == 9 and entry(full)["provisional"] is None  # complete: replaces
+    monkeypatch.setattr(clock, "BUDGET", clock.Budget())
+    tuned = ToyMeasurement(clocks, value=3, seconds=4.0)  # cut short, but asked for by `mars tune`
+    assert obtain(tuned, fresh=True).value == 3 and entry(tuned)["value"] == 3
+
+
+def test_a_busy_re_measurement_keeps_the_entry_it_re_measured(clocks, monkeypatch):
+    toy = ToyMeasurement(clocks, value=7)
+    obtain(toy)
+    choice.mark_provisional(toy.path, "drift")
+    load(monkeypatch, BUSY)
+    monkeypatch.setattr(machine, "busy_reason", lambda: "the machine is busy")
+    again = ToyMeasurement(clocks, value=1)
+    monkeypatch.setattr(choice, "due", lambda result: True)
+    kept = obtain(again)
+    assert again.measured == 1 and kept.value == 7 and entry(again)["busy"] is True
