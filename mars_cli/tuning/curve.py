@@ -58,7 +58,7 @@ def curve_key(model_fingerprint: str, device: torch.device, dtype: torch.dtype, 
         from ..decoding import kernels
 
         key["linears"] = linears
-        key["kernels"] = kernels.stamp()  # a changed kernel or lean forward costs anew
+        key["kernels"] = kernels.version()  # a changed kernel or lean forward costs anew
     return key
 
 

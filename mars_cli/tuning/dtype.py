@@ -88,7 +88,7 @@ def dtype_key(model_fingerprint: str, device: torch.device, speculative: bool = 
     if quantizable:
         from ..decoding import kernels
 
-        key["kernels"] = kernels.stamp()  # the quantized modes' speed is the kernels'
+        key["kernels"] = kernels.version()  # the quantized modes' speed is the kernels'
     return key
 
 

@@ -35,7 +35,8 @@ def codes_copy(target: LoadedModel) -> Path | None:
 
 
 class NotExact(RuntimeError):
-    """q4 of weights that are no quantized file's codes: a fresh quantization, which `auto` does not choose."""
+    """q4 of weights whose codes could not all be recovered from their floats: partly a fresh
+    quantization, which `auto` does not choose."""
 
 
 def convert(target: LoadedModel, name: str) -> None:
@@ -80,7 +81,8 @@ class Weights:
             quantized.use_activations(self.model, name)
             self.current = name
             if not self.exact:
-                raise NotExact(f"its linears are no quantized file's codes ({name} would quantize them afresh)")
+                raise NotExact(f"the codes of some of its linears could not be recovered from their de-quantized floats "
+                               f"({name} would quantize those groups afresh)")
             return
         if name not in self.copies:
             dtype, kept = DTYPES[name], kept_in_float32(self.model, DTYPES[name])

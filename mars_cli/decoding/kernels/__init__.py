@@ -50,10 +50,24 @@ SHT_NOBITS = 8
 
 @lru_cache(maxsize=1)
 def stamp() -> str:
-    """The kernels' identity: their source text, flags and torch version. Measurements of forwards
-    on them (cost curves, `--dtype auto`) are keyed by it, so a changed kernel is measured anew."""
+    """The kernels' build identity: their source text, flags and torch version (a changed source is
+    built anew; measurements are keyed by `version()` instead)."""
     text = b"".join(source.read_bytes() for source in SOURCES + HEADERS) + " ".join(FLAGS).encode()
     return hashlib.sha256(text + torch.__version__.encode()).hexdigest()[:16]
+
+
+# The kernels' numbers and speed, as measurements of them know them: bump it with any change to a
+# kernel's arithmetic (tests/decoding/test_kernel_version.py fails when the outputs change and this
+# does not) or to its speed (by hand: a faster kernel deserves its cost curves measured anew). A
+# change of text alone (a comment, a refactor) keeps every measured choice.
+VERSION = 2
+
+
+def version() -> str:
+    """What measured choices on the quantized modes (dtype entries, cost curves) are keyed by: the
+    kernels' version, their flags and the torch they run in; never their source text (every
+    refactor once threw away a machine's `mars tune`)."""
+    return f"{VERSION}:{' '.join(FLAGS)}:{torch.__version__}"
 
 
 def build_dir() -> Path:
