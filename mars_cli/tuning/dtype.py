@@ -11,6 +11,10 @@ between dtypes far more than a plain step does. The fastest usable one wins, wit
 unless another is EXACT_PREFERENCE of it; the choice is cached under `<cache>/dtypes/` (choice.py's
 protocol), and the float32 model converted in place once (models.cast_parameters).
 
+A GGUF's prior is q4a8 (`prior`): checked and timed first, and the answer of a measurement cut
+short once it passed its check, until a timed candidate beats it; a re-measurement cut short
+keeps the entry it re-measured (choice.py's `replaces`).
+
 Usable: on the calibration prompts, until they hold CHECK_POSITIONS positions, a candidate's logits
 are finite and their argmax agrees with float32's at MIN_AGREEMENT of the positions or more. An
 explicit `--dtype float16` on a CPU takes the same check. Provisional (choice.py): a measurement
@@ -126,10 +130,20 @@ class DtypeChoice:
                 "exact_preference": EXACT_PREFERENCE, "candidates": [asdict(c) for c in self.candidates]}
 
 
-def fastest(found: Sequence[Candidate]) -> str:
+def prior(key: dict) -> str | None:
+    """The candidate a measurement cut short trusts before it is timed: q4a8 where it is one (a
+    GGUF's own codes on this project's kernels, the fast mode there), once it passed its check;
+    None elsewhere (float32 is then the answer until something is timed faster)."""
+    return QUANTIZED_A8 if QUANTIZED_A8 in key["candidates"] else None
+
+
+def fastest(found: Sequence[Candidate], preferred: str | None = None) -> str:
     """The usable timed candidate with the shortest step (a speculative session: the fewest
     milliseconds per token), float32 unless another is at most EXACT_PREFERENCE of its (float32
-    when nothing else was timed)."""
+    when nothing else was timed); `preferred` (the prior) where it passed its check but the
+    measurement was cut short before timing it: an untimed q4a8 beats a timed float32 on a GGUF."""
+    if preferred is not None and any(c.dtype == preferred and c.usable and c.ms_per_step is None for c in found):
+        return preferred
     timed = compared(found)
     exact = timed.get(EXACT)
     best = min(timed, key=lambda name: (timed[name], name != EXACT), default=EXACT)
@@ -179,7 +193,7 @@ class DtypeMeasurement(MeasuredChoice[DtypeChoice]):
             return None
         choice = DtypeChoice(self.key, str(data["chosen"]), found)  # type: ignore[arg-type]
         usable = [c for c in found if c.usable]  # type: ignore[union-attr]
-        if choice.chosen not in names or not any(c.dtype == EXACT for c in usable) or fastest(found) != choice.chosen:
+        if choice.chosen not in names or not any(c.dtype == EXACT for c in usable) or fastest(found, prior(self.key)) != choice.chosen:
             return None
         return choice
 
@@ -234,7 +248,8 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None,
     complete on a quiet machine, only its cost curves cut short: those go on, the rest is kept."""
     from ..decoding.packing import Switch
 
-    names = list(key["candidates"])
+    first = prior(key)  # checked and timed first: what a run cut short most needs to know
+    names = sorted(key["candidates"], key=lambda name: (name != EXACT, name != first))
     switch = Switch(target.model) if key.get("packed") else None
     packed: set[str] = set()  # the candidates that ran on packed linears
 
@@ -263,7 +278,7 @@ def measure(target: LoadedModel, key: dict, deadline: float | None = None,
         provisional = f"the measuring ran out of its budget before timing {' and '.join(short)} fully"
     elif partial:  # an estimate on some widths only may prefer chains a full curve would not
         provisional = f"the measuring ran out of its budget before the cost curves of {' and '.join(partial)}"
-    return DtypeChoice(key, fastest(found), found, Provenance(provisional=provisional))
+    return DtypeChoice(key, fastest(found, prior(key)), found, Provenance(provisional=provisional))
 
 
 def _resumable(previous: DtypeChoice | None) -> list[Candidate] | None:

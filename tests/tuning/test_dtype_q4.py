@@ -52,7 +52,7 @@ def gguf_like(tmp_path_factory, monkeypatch):
 def test_q4_is_a_candidate_and_wins_when_fastest(gguf_like, probe):  # noqa: F811
     fake = probe(float32=[10.0], bfloat16=[8.0], q4=[3.0], q4a8=[3.5])
     loaded = auto(gguf_like)
-    assert fake.asked == [["float32", "bfloat16", "q4", "q4a8"]]
+    assert fake.asked == [["float32", "q4a8", "bfloat16", "q4"]]  # the prior first: what a cut run most needs
     assert loaded.dtype_choice.chosen == "q4" and loaded.precision == "q4" and loaded.dtype == torch.float32
     assert quantized.installed(loaded.model)
     ids = torch.tensor([[3, 4, 5, 6, 7, 8, 9]])
@@ -98,3 +98,22 @@ def test_q4_is_offered_only_for_a_gguf_on_a_cpu_with_the_kernel(tiny_target):
     assert not tuning_dtype.quantizable(tiny_target)  # a model directory: no file's codes to expect
     assert tuning_dtype.candidates(torch.device("cpu"), True) == ("float32", "bfloat16", "q4", "q4a8")
     assert not {"q4", "q4a8"} & set(tuning_dtype.candidates(torch.device("cuda"), True))
+
+
+@pytest.mark.parametrize("reached, chosen", [([], "q4a8"), (["float32"], "q4a8"), (["float32", "q4a8"], "q4a8"),
+                                             (["float32", "q4a8", "bfloat16", "q4"], "q4")])
+def test_a_first_run_cut_short_takes_q4a8_once_it_passed_its_check(gguf_like, probe, reached, chosen):  # noqa: F811
+    """The newcomer's first one-liner on a GGUF: the budget runs out before the candidates are all
+    timed. Where q4a8 passed its check it is the answer until a timed candidate beats it (never
+    float32 because float32 happened to be timed first); a complete run weighs them all."""
+    fake = probe(float32=[10.0], bfloat16=[8.0], q4=[3.0], q4a8=[3.5])
+    fake.blocks = 2 if len(reached) < 4 else tuning_dtype.REPEATS
+    timed = fake.__call__
+
+    def reaching(target, use, names, deadline=None):
+        return {name: times for name, times in timed(target, use, names, deadline).items() if name in reached}
+
+    tuning_dtype.time_steps = reaching  # restored by the probe fixture's monkeypatch
+    loaded = auto(gguf_like)
+    assert loaded.dtype_choice.chosen == chosen and loaded.precision == chosen
+    assert (loaded.dtype_choice.provenance.provisional is None) == (len(reached) == 4)
