@@ -40,7 +40,7 @@ from ..errors import KERNEL_FAILURES, UserError, first_line
 from ..models import LoadedModel
 from . import clock, curve, machine, store
 from .choice import MeasuredChoice, Provenance, announced, obtain
-from .dtype_candidate import Candidate, parse_candidate
+from .dtype_candidate import EXACT_PREFERENCE, Candidate, compared, fastest, parse_candidate, prior
 from .weights import (EXACT, QUANTIZED, QUANTIZED_A8, QUANTIZED_MODES, NotExact, Weights,  # EXACT: the reference
                       codes_copy, convert, quantizable, torch_dtype)
 
@@ -62,9 +62,6 @@ PROMPT_TOKENS = curve.CONTEXT_TOKENS
 STEPS = 8  # single-token cached forwards per timed block (ms per step: the block's time / STEPS)
 REPEATS = 5  # timed blocks per dtype, interleaved across dtypes; the median counts
 MAX_SPREAD = 2.0  # a dtype's slowest block over its fastest beyond this: the machine is not steady
-# A lower precision is chosen only when its step is at most this fraction of float32's: within noise
-# float32, exact, stays (the chosen dtype is then within 3% of the fastest).
-EXACT_PREFERENCE = 0.97
 BUDGET_S = 10.0  # at most this long, within the process's budget (clock.BUDGET)
 UNCHECKED = "its usability check did not finish within the measuring budget"
 
@@ -128,36 +125,6 @@ class DtypeChoice:
                 "provisional": self.provenance.provisional, "path": str(store.cache_path(self.key, FOLDER)),
                 "steps": STEPS, "min_agreement": MIN_AGREEMENT, "exact_kept_over": exact_kept(self),
                 "exact_preference": EXACT_PREFERENCE, "candidates": [asdict(c) for c in self.candidates]}
-
-
-def prior(key: dict) -> str | None:
-    """The candidate a measurement cut short trusts before it is timed: q4a8 where it is one (a
-    GGUF's own codes on this project's kernels, the fast mode there), once it passed its check;
-    None elsewhere (float32 is then the answer until something is timed faster)."""
-    return QUANTIZED_A8 if QUANTIZED_A8 in key["candidates"] else None
-
-
-def fastest(found: Sequence[Candidate], preferred: str | None = None) -> str:
-    """The usable timed candidate with the shortest step (a speculative session: the fewest
-    milliseconds per token), float32 unless another is at most EXACT_PREFERENCE of its (float32
-    when nothing else was timed); `preferred` (the prior) where it passed its check but the
-    measurement was cut short before timing it: an untimed q4a8 beats a timed float32 on a GGUF."""
-    if preferred is not None and any(c.dtype == preferred and c.usable and c.ms_per_step is None for c in found):
-        return preferred
-    timed = compared(found)
-    exact = timed.get(EXACT)
-    best = min(timed, key=lambda name: (timed[name], name != EXACT), default=EXACT)
-    if exact is not None and best != EXACT and timed[best] > EXACT_PREFERENCE * exact:
-        return EXACT
-    return best
-
-
-def compared(found: Sequence[Candidate]) -> dict[str, float]:
-    """What each usable timed candidate is compared by: its milliseconds per token where every one
-    has an estimate, else its step (a step is never weighed against another's per-token estimate)."""
-    timed = [c for c in found if c.usable and c.ms_per_step is not None]
-    estimated = all(c.ms_per_token is not None for c in timed)
-    return {c.dtype: c.ms_per_token if estimated else c.ms_per_step for c in timed}  # type: ignore[misc]
 
 
 def exact_kept(choice: DtypeChoice) -> str | None:

@@ -1,13 +1,19 @@
-"""One candidate of `--dtype auto`'s measurement (tuning/dtype.py), and reading one back from the
-cache, where a field missing, mistyped or implausible makes the whole entry be measured again."""
+"""One candidate of `--dtype auto`'s measurement (tuning/dtype.py), the rule that picks among them,
+and reading one back from the cache, where a field missing, mistyped or implausible makes the whole
+entry be measured again."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from ..models import DTYPES
 from . import store
-from .weights import QUANTIZED_MODES
+from .weights import EXACT, QUANTIZED_A8, QUANTIZED_MODES
+
+# A lower precision is chosen only when its step is at most this fraction of float32's: within noise
+# float32, exact, stays (the chosen dtype is then within 3% of the fastest).
+EXACT_PREFERENCE = 0.97
 
 
 @dataclass
@@ -28,6 +34,35 @@ class Candidate:
     # speculative sessions: its cost curve, each width's forward over a width-1 one ("2": 1.1, ...)
     curve: dict[str, float] | None = None
 
+
+def prior(key: dict) -> str | None:
+    """The candidate a measurement cut short trusts before it is timed: q4a8 where it is one (a
+    GGUF's own codes on this project's kernels, the fast mode there), once it passed its check;
+    None elsewhere (float32 is then the answer until something is timed faster)."""
+    return QUANTIZED_A8 if QUANTIZED_A8 in key["candidates"] else None
+
+
+def fastest(found: Sequence[Candidate], preferred: str | None = None) -> str:
+    """The usable timed candidate with the shortest step (a speculative session: the fewest
+    milliseconds per token), float32 unless another is at most EXACT_PREFERENCE of its (float32
+    when nothing else was timed); `preferred` (the prior) where it passed its check but the
+    measurement was cut short before timing it: an untimed q4a8 beats a timed float32 on a GGUF."""
+    if preferred is not None and any(c.dtype == preferred and c.usable and c.ms_per_step is None for c in found):
+        return preferred
+    timed = compared(found)
+    exact = timed.get(EXACT)
+    best = min(timed, key=lambda name: (timed[name], name != EXACT), default=EXACT)
+    if exact is not None and best != EXACT and timed[best] > EXACT_PREFERENCE * exact:
+        return EXACT
+    return best
+
+
+def compared(found: Sequence[Candidate]) -> dict[str, float]:
+    """What each usable timed candidate is compared by: its milliseconds per token where every one
+    has an estimate, else its step (a step is never weighed against another's per-token estimate)."""
+    timed = [c for c in found if c.usable and c.ms_per_step is not None]
+    estimated = all(c.ms_per_token is not None for c in timed)
+    return {c.dtype: c.ms_per_token if estimated else c.ms_per_step for c in timed}  # type: ignore[misc]
 
 
 def parse_candidate(entry: dict) -> Candidate | None:
