@@ -77,6 +77,36 @@ def matrix_of(projection: torch.nn.Module) -> CodeMatrix | None:
     return None
 
 
+PROMPT_ROWS = 64  # a prompt of this many rows or more is fed on dense kernels (LeanForward.prompt)
+
+
+def dense_weight(linear: torch.nn.Linear) -> torch.Tensor:
+    """The float weight a quantized linear's codes stand for: its own where the codes reproduce it
+    (a quantized file's), else the codes' values (groups quantized afresh)."""
+    forward = linear.__dict__.get("forward")
+    if not isinstance(forward, QuantizedLinear) or forward.exact:
+        return linear.weight
+    matrix = forward.matrices[0]
+    return matrix.dequantized()
+
+
+def dense_product(x: torch.Tensor, linears: Sequence[torch.nn.Linear]) -> torch.Tensor:
+    """x through `linears` side by side (their outputs concatenated), on torch's dense kernels."""
+    outputs = []
+    for linear in linears:
+        forward = linear.__dict__.get("forward")
+        bias = forward.bias if isinstance(forward, QuantizedLinear) else linear.bias
+        outputs.append(torch.nn.functional.linear(x, dense_weight(linear), bias))
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+
+
+def rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [n, heads, d] with the rotary embedding (rotate-half convention; cos, sin [n, d])."""
+    half = x.shape[-1] // 2
+    turned = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos[:, None] + turned * sin[:, None]
+
+
 @dataclass
 class Layer:
     """One decoder layer as `mars::decoder_layer` takes it: norms, and each linear as [codes,
@@ -111,6 +141,7 @@ class LeanForward:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.eps = float(config.rms_norm_eps)
         self.layers: list[Layer] = []
+        self.dense: list[tuple[list[torch.nn.Linear], ...]] = []  # each layer's qkv, output, gate_up and down linears
         activations = set()
         for layer in inner.layers[: config.num_hidden_layers]:
             attention, mlp = layer.self_attn, layer.mlp
@@ -124,10 +155,54 @@ class LeanForward:
                             down.activations}
             self.layers.append(Layer(layer.input_layernorm.weight.detach(), layer.post_attention_layernorm.weight.detach(),
                                      tuple(parts for parts, _ in found), [bits for _, bits in found]))
+            self.dense.append(([attention.q_proj, attention.k_proj, attention.v_proj], [attention.o_proj],
+                               [mlp.gate_proj, mlp.up_proj], [mlp.down_proj]))
         if len(activations) != 1:
             raise ValueError("the lean forward needs one activation width for every layer")
         self.activations = activations.pop()
         self.signature = signature(model)
+
+    def prompt(self, ids: torch.Tensor, cache: "LeanCache", positions: torch.Tensor,
+               hidden: bool) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """A prompt of PROMPT_ROWS or more into an empty cache, on dense kernels: each linear's
+        float weight (its codes' values, `dense_weight`) in one matrix product for all the rows, and
+        torch's fused causal attention; the logits of the last row only. Decoding rows keep the
+        kernels' per-row arithmetic (bit for bit the same however they are fed); a prompt, fed
+        the same way by plain decoding and by verification, need not, and its cost is a
+        dense product's, not (rows x the kernels' per-row cost) plus a quadratic attention."""
+        width = ids.shape[1]
+        cache.reserve(width)
+        x = self.embed(ids)[0]
+        states = [x[None]] if hidden else None
+        cos, sin = self.rotary(x[None], positions)
+        for index, layer in enumerate(self.layers):
+            x = self._prompt_layer(index, layer, x, cos[0], sin[0], cache)
+            if states is not None:
+                states.append(x[None])
+        cache.length = width
+        x = torch.ops.mars.rms_norm(x, self.norm.weight, self.eps)
+        if states is not None:
+            states[-1] = x[None]
+        return self.head(x[-1:])[None], states
+
+    def _prompt_layer(self, index: int, layer: "Layer", x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                      cache: "LeanCache") -> torch.Tensor:
+        """One decoder layer over a whole prompt (see `prompt`): norms and gating on this project's
+        ops, linears and attention on torch's dense kernels."""
+        width, d = x.shape[0], self.head_dim
+        qkv = dense_product(torch.ops.mars.rms_norm(x, layer.input_norm, self.eps), self.dense[index][0])
+        q, k, v = qkv.split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
+        q = rotated(q.reshape(width, self.heads, d), cos, sin).transpose(0, 1)
+        k = rotated(k.reshape(width, self.kv_heads, d), cos, sin).transpose(0, 1)
+        v = v.reshape(width, self.kv_heads, d).transpose(0, 1)
+        cache.keys[index][0, :, :width] = k
+        cache.values[index][0, :, :width] = v
+        attended = torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True,
+                                                                    enable_gqa=self.heads != self.kv_heads)
+        x = x + dense_product(attended[0].transpose(0, 1).reshape(width, self.heads * d), self.dense[index][1])
+        gated = torch.ops.mars.silu_mul(dense_product(torch.ops.mars.rms_norm(x, layer.post_norm, self.eps),
+                                                      self.dense[index][2]))
+        return x + dense_product(gated, self.dense[index][3])
 
     def __call__(self, ids: torch.Tensor, cache: "LeanCache", positions: torch.Tensor, mask: torch.Tensor | None,
                  hidden: bool) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
@@ -190,10 +265,14 @@ class LeanCache:
         self.keys, self.values, self.capacity = grown_keys, grown_values, capacity
 
     def forward(self, input_ids: torch.Tensor, hidden: bool = False, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> "LeanOutput":
-        """As `kv.KVCache.forward`: `input_ids` [1, n] after the cached rows."""
+                position_ids: torch.Tensor | None = None, prompt: bool = False) -> "LeanOutput":
+        """As `kv.KVCache.forward`: `input_ids` [1, n] after the cached rows. `prompt`: a sequence's
+        first rows, whose logits only the last row's are wanted (LeanForward.prompt, when long)."""
         if position_ids is None:
             position_ids = torch.arange(self.length, self.length + input_ids.shape[1])[None]
+        if prompt and self.length == 0 and attention_mask is None and input_ids.shape[1] >= PROMPT_ROWS:
+            logits, states = self.lean.prompt(input_ids, self, position_ids, hidden)
+            return LeanOutput(logits, states)
         logits, states = self.lean(input_ids, self, position_ids, attention_mask, hidden)
         return LeanOutput(logits, states)
 

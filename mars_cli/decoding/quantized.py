@@ -178,6 +178,14 @@ class CodeMatrix:
     def packed(self) -> torch.Tensor:
         return self.codes
 
+    def dequantized(self) -> torch.Tensor:
+        """The float32 weight [out, in] these codes stand for: offset + scale * code, group by group."""
+        codes = self.codes
+        if self.bits == 4:  # byte j of a group: code j in its low nibble, code j + 16 in its high one
+            grouped = codes.reshape(codes.shape[0], -1, GROUP // 2)
+            codes = torch.cat([grouped & 0x0F, grouped >> 4], dim=-1).reshape(codes.shape[0], -1)
+        return self.offset.repeat_interleave(GROUP, 1) + self.scale.repeat_interleave(GROUP, 1) * codes.float()
+
     def product(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.activations == 8:
             return torch.ops.mars.quantized_linear_a8(x, self.codes, self.scale, self.offset, self.bits, bias)

@@ -208,3 +208,60 @@ def test_q4a8_rows_do_not_depend_on_how_they_are_fed(q4_target):
     plain = TargetScorer(q4_target, layers)
     plain.start(torch.cat([context, torch.tensor([9, 21])]))  # the branch 21 -> 23, decoded plainly
     assert torch.equal(scored[4], plain.score(torch.tensor([23]), DraftTree.empty("cpu"), width=1).features[0])
+
+
+LONG = (torch.arange(lean.PROMPT_ROWS + 16) % 37 + 3)[None]  # a prompt long enough for the dense path
+
+
+@pytest.mark.parametrize("mode", [quantized.QUANTIZED, quantized.QUANTIZED_A8])
+def test_a_long_prompt_runs_on_dense_kernels_and_decoding_goes_on_from_its_cache(q4_target, mode):
+    """A prompt of PROMPT_ROWS or more: the codes' float values in dense products and fused causal
+    attention, the last row's logits only. Its cache and hidden states are transformers' on the
+    same codes (to float32 rounding), and the steps after it see the same cache."""
+    quantized.use_activations(q4_target.model, mode)
+    forward = lean.lean_forward(q4_target.model)
+    with torch.inference_mode():
+        ours = lean.LeanCache(forward)
+        got = ours.forward(LONG, hidden=True, prompt=True)
+        quantized.use_activations(q4_target.model, quantized.QUANTIZED)  # the reference: float32 products
+        theirs = KVCache(q4_target.model)
+        expected = theirs.forward(LONG, hidden=True)
+    assert got.logits.shape == (1, 1, expected.logits.shape[-1])
+    assert torch.allclose(got.logits[0, 0], expected.logits[0, -1], **TOLERANCE)
+    for mine, yours in zip(got.hidden_states, expected.hidden_states, strict=True):
+        assert torch.allclose(mine, yours, **TOLERANCE)
+    with torch.inference_mode():  # a chain after it: ours on the mode's kernels, the reference in float32 products
+        step = torch.tensor([[40, 41, 42]])
+        after, reference_after = ours.forward(step).logits, theirs.forward(step).logits
+    if mode == quantized.QUANTIZED:
+        assert torch.allclose(after, reference_after, **TOLERANCE)
+    else:  # 8-bit activations: near, not equal
+        assert (after - reference_after).abs().max() < 0.05 * reference_after.abs().max()
+
+
+def test_a_short_prompt_and_decoding_rows_keep_the_kernels_arithmetic(q4_target):
+    """Below PROMPT_ROWS, or after the first rows, or with a mask, every row runs on the kernels:
+    the same bits as a plain forward of it (q4a8's guarantee holds for every row decoding feeds)."""
+    quantized.use_activations(q4_target.model, quantized.QUANTIZED_A8)
+    forward = lean.lean_forward(q4_target.model)
+    short = LONG[:, : lean.PROMPT_ROWS - 1]
+    with torch.inference_mode():
+        flagged = lean.LeanCache(forward).forward(short, hidden=True, prompt=True).hidden_states
+        plain = lean.LeanCache(forward).forward(short, hidden=True).hidden_states
+    assert all(torch.equal(a, b) for a, b in zip(flagged, plain, strict=True))
+
+
+def test_strict_q4a8_after_a_long_prompt_reproduces_plain_q4a8(q4_target):
+    """Plain decoding and verification feed the prompt the same way (the dense path), then every
+    row on the kernels: a token scored in a chain has the bits it has decoded alone."""
+    quantized.use_activations(q4_target.model, quantized.QUANTIZED_A8)
+    layers = (1, -1)
+    chained, single = TargetScorer(q4_target, layers), TargetScorer(q4_target, layers)
+    chained.start(LONG[0])
+    single.start(LONG[0])
+    chain = DraftTree(tokens=torch.tensor([50, 51]), parents=torch.tensor([-1, 0]))
+    scored = chained.score(torch.tensor([49]), chain, width=3).features
+    steps = [single.score(torch.tensor([token]), DraftTree.empty("cpu"), width=1).features[0] for token in (49, 50, 51)]
+    for row, alone in enumerate(steps):
+        assert torch.equal(scored[row], alone), f"row {row}"
+        single.keep([0])

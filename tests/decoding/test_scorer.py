@@ -143,3 +143,22 @@ def test_stats_merge_adds_every_counter():
     assert first.round_ends == [(1.0, 3), (1.5, 6), (3.0, 7)]
     assert first.finish_reason == "eos"
     assert first.summary()["low_margin_share"] == pytest.approx(0.5)
+
+
+def test_a_prompt_computes_its_last_rows_logits_only(tiny_target, monkeypatch):
+    """Nobody reads a prompt's logits: transformers' forward is asked for the last row's only
+    (an 8,150-token prompt's logits once took 1.6 GB), and the steps after it get every row's."""
+    seen = []
+    original = tiny_target.model.forward
+
+    def recording(*args, **kwargs):
+        output = original(*args, **kwargs)
+        seen.append((kwargs.get("logits_to_keep"), output.logits.shape[1]))
+        return output
+
+    monkeypatch.setattr(tiny_target.model, "forward", recording)
+    scorer = TargetScorer(tiny_target)
+    scorer.start(torch.arange(3, 23))
+    scored = scorer.score(torch.tensor([5]), DraftTree(tokens=torch.tensor([6, 7]), parents=torch.tensor([-1, 0])),
+                          width=3)
+    assert seen[0] == (1, 1) and scored.logits.shape[0] == 3 and seen[-1][0] is None
