@@ -2,7 +2,9 @@
 
 A GGUF's quantized weights reach us dequantised (models/gguf_cache.py): every group of 32 inputs
 of a row holds `offset + scale * q` for integer codes q (Q4_0/Q4_1/Q4_K: 16 levels; Q5_*, Q6_K,
-Q8_0: up to 256). `recover` finds those codes again, exactly, from the float32 values; a group
+Q8_0: up to 256). Where the GGUF file is at hand, `install` reads them from its blocks
+(models/gguf_codes.py: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, each checked equal to the loaded
+weight); for the other layers (Q6_K, IQ4_NL...) `recover` finds them again from the float32 values; a group
 whose codes the search does not find (weights from no quantized file: every group) is quantized
 afresh at its layer's width (Q4_1's rule: 16 levels, or 256 where the recovered groups need them;
 a draft head's, 256), which loses precision, and `QuantizedLinear.exact` and `.failed` say so.
@@ -36,7 +38,8 @@ INNER_K_TILES = 2  # the packing's tile parameter (the CPU kernel takes any of 2
 EXACT_TOLERANCE = 1e-5
 FLOAT32_ROUNDING = 1e-6
 MAX_CODES_PER_STEP = 8  # a group's smallest step between values may span up to this many codes
-COPY_FORMAT = 1  # a stored copy's layout (install's `copy`)
+COPY_FORMAT = 2  # a stored copy's layout (install's `copy`); 2: each layer's source (1's may hold searched codes)
+FROM_BLOCKS, SEARCHED, FRESH = "blocks", "search", "fresh"  # where a layer's codes came from (Codes.source)
 QUANTIZED = "q4"  # LoadedModel.linears for a model served from its codes, multiplied in float32
 QUANTIZED_A8 = "q4a8"  # the same codes against 8-bit activations, multiplied in integers (llama.cpp's way)
 ACTIVATION_BITS = {QUANTIZED: 32, QUANTIZED_A8: 8}  # the quantized modes, and their inputs' bits
@@ -53,6 +56,7 @@ class Codes:
     levels: int  # 16 or 256
     exact: bool  # reproduces the weight (to float32 rounding), not a fresh quantization
     failed: int = 0  # groups whose codes were not recovered, quantized afresh (all of them: no search)
+    source: str = SEARCHED  # read from the file's blocks, recovered by the search (some groups maybe afresh), or afresh
 
 
 def recover(weight: torch.Tensor, fresh_levels: int = LEVELS_INT4, search: bool = True) -> Codes:
@@ -102,7 +106,7 @@ def _fresh(groups: torch.Tensor, low: torch.Tensor, spread: torch.Tensor, levels
     """A fresh quantization of `groups` to `levels` levels from each group's least value (Q4_1's rule)."""
     scale = torch.where(spread > 0, spread / (levels - 1), torch.ones_like(spread))
     codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, levels - 1)
-    return Codes(codes.reshape(groups.shape[0], -1).to(torch.int32), scale, low, levels, False, spread.numel())
+    return Codes(codes.reshape(groups.shape[0], -1).to(torch.int32), scale, low, levels, False, spread.numel(), FRESH)
 
 
 def _fit(groups: torch.Tensor, low: torch.Tensor, spread: torch.Tensor, tolerance: torch.Tensor,
@@ -204,9 +208,10 @@ class QuantizedLinear:
     float weight stays (embeddings tied to it read it)."""
 
     def __init__(self, matrices: list, bias: torch.Tensor | None, exact: bool, levels: int, failed: int = 0,
-                 groups: int = 0) -> None:
+                 groups: int = 0, source: str = SEARCHED) -> None:
         self.matrices, self.bias, self.exact, self.levels = matrices, bias, exact, levels
         self.failed, self.groups = failed, groups  # groups quantized afresh, of all its groups of GROUP weights
+        self.source = source  # Codes.source
 
     @classmethod
     def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None, kernel: str | None = None) -> "QuantizedLinear":
@@ -230,7 +235,7 @@ class QuantizedLinear:
             matrices = [Int4Matrix.of(high, found.scale * LEVELS_INT4, found.offset),
                         Int4Matrix.of(low, found.scale, torch.zeros_like(found.offset))]
         return cls(matrices, None if bias is None else bias.detach(), found.exact, found.levels, found.failed,
-                   found.scale.numel())
+                   found.scale.numel(), found.source)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if len(self.matrices) == 1 and isinstance(self.matrices[0], CodeMatrix):  # one call: the hot path
@@ -269,6 +274,7 @@ class Installed:
     failed: int = 0  # groups (of GROUP weights) whose codes were not recovered: quantized afresh
     groups: int = 0  # all the groups of the layers that are not exact
     fresh_bits: tuple[int, ...] = ()  # the widths those groups were quantized afresh to
+    sources: dict[str, int] | None = None  # layers by where their codes came from (Codes.source)
 
 
 def installed_counts(forwards: list["QuantizedLinear"], left: dict[str, str], read: bool) -> Installed:
@@ -278,29 +284,48 @@ def installed_counts(forwards: list["QuantizedLinear"], left: dict[str, str], re
     return Installed(len(forwards), len(forwards) - len(inexact),
                      sum(m.packed.numel() * m.packed.element_size() for f in forwards for m in f.matrices),
                      left, read, sum(f.failed for f in inexact), sum(f.groups for f in inexact),
-                     tuple(sorted({4 if f.levels == LEVELS_INT4 else 8 for f in inexact})))
+                     tuple(sorted({4 if f.levels == LEVELS_INT4 else 8 for f in inexact})),
+                     {source: sum(f.source == source for f in forwards) for source in (FROM_BLOCKS, SEARCHED, FRESH)})
 
 
 def install(model: torch.nn.Module, copy: Path | None = None, fresh_levels: int = LEVELS_INT4,
             search: bool = True) -> Installed:
-    """Run every linear of `model` that can on codes recovered from its weight; the rest stay.
-    `copy`: a file of those codes (safetensors), read where it holds them all, else written;
-    `fresh_levels` and `search`: for weights that are no file's codes (recover)."""
+    """Run every linear of `model` that can on its codes; the rest stay. `copy`: a file of those codes
+    (safetensors) in a GGUF cache entry's folder, read where it holds them all, else written, the
+    codes read from the entry's GGUF file's blocks where they can be (file_codes), else recovered
+    from the weights; `fresh_levels` and `search`: for weights that are no file's codes (recover)."""
     layers = {name: layer for name, layer in model.named_modules() if isinstance(layer, torch.nn.Linear)}
     left = {name: why for name, layer in layers.items() if (why := problem(layer)) is not None}
     wanted = [name for name in layers if name not in left]
     stored = read_codes(copy, wanted) if copy is not None else None
+    unserved = [name for name in wanted if not isinstance(layers[name].__dict__.get("forward"), QuantizedLinear)]
+    read = file_codes(model, copy, unserved) if copy is not None and stored is None and search and unserved else {}
     found: dict[str, Codes] = {}
     with torch.no_grad():
-        for name in wanted:
+        for name in unserved:
             layer = layers[name]
-            if not isinstance(layer.__dict__.get("forward"), QuantizedLinear):
-                found[name] = stored[name] if stored is not None else recover(layer.weight, fresh_levels, search)
-                layer.forward = QuantizedLinear.from_codes(found[name], layer.bias)
+            if stored is not None:
+                found[name] = stored[name]
+            else:
+                found[name] = read.get(name) or recover(layer.weight, fresh_levels, search)
+            layer.forward = QuantizedLinear.from_codes(found[name], layer.bias)
     if copy is not None and stored is None and found:
         write_codes(copy, found)
     forwards = [layers[name].__dict__["forward"] for name in wanted]
     return installed_counts(forwards, left, stored is not None)
+
+
+def file_codes(model: torch.nn.Module, copy: Path, names: list[str]) -> dict[str, Codes]:
+    """The codes of the linears `names` read from the blocks of the GGUF file whose cache entry holds
+    `copy` (models/gguf_codes.py: each equal to its weight), where that file is still there; the
+    others (other block types, another file) are left to `recover`."""
+    from ..models import gguf_codes
+
+    gguf = gguf_codes.source_gguf(copy.parent.parent)
+    if gguf is None:
+        return {}
+    return {name: Codes(read.codes.to(torch.int32), read.scale, read.offset, read.levels, True, source=FROM_BLOCKS)
+            for name, read in gguf_codes.linear_codes(gguf, model, names).items()}
 
 
 def read_codes(copy: Path, names: list[str]) -> dict[str, Codes] | None:
@@ -324,7 +349,7 @@ def read_codes(copy: Path, names: list[str]) -> dict[str, Codes] | None:
                 scale, exact = stored.get_tensor(f"{name}.scale"), meta[f"exact:{name}"] == "1"
                 failed = int(meta.get(f"failed:{name}", 0 if exact else scale.numel()))  # older copies: all or none
                 found[name] = Codes(codes.to(torch.int32), scale, stored.get_tensor(f"{name}.offset"), levels, exact,
-                                    failed)
+                                    failed, meta.get(f"source:{name}", SEARCHED))
             return found
     except (OSError, SafetensorError, ValueError, KeyError):
         return None
@@ -339,7 +364,7 @@ def write_codes(copy: Path, found: dict[str, Codes]) -> None:
         packed = CodeMatrix.of(codes)
         tensors.update({f"{name}.codes": packed.codes, f"{name}.scale": packed.scale, f"{name}.offset": packed.offset})
         meta[f"levels:{name}"], meta[f"exact:{name}"] = str(codes.levels), "1" if codes.exact else "0"
-        meta[f"failed:{name}"] = str(codes.failed)
+        meta[f"failed:{name}"], meta[f"source:{name}"] = str(codes.failed), codes.source
     temporary = copy.with_name(f"{copy.name}.tmp-{os.getpid()}")
     try:
         copy.parent.mkdir(parents=True, exist_ok=True)
@@ -393,9 +418,9 @@ COPY_NAME = "q4.safetensors"  # in a GGUF cache entry's folder of converted weig
 
 def quantize_target(loaded: "LoadedModel", mode: str = QUANTIZED) -> Installed:
     """`--dtype q4` (or `q4a8`) for a loaded float32 model: its linears on their codes, read from the
-    GGUF cache entry's stored copy where there is one (recovering them took 10-30 s for SmolLM2-135M
-    on 2 cores). Says once when the codes are new, and every time when some are a fresh, lossy
-    quantization."""
+    GGUF cache entry's stored copy where there is one, else from the GGUF file's blocks (seconds for
+    SmolLM2-135M on 2 cores; the search in its floats took 30-60 s). Says once when the codes are new
+    and where they came from, and every time when some are a fresh, lossy quantization."""
     from ..errors import UserError
     from ..notes import note
 
@@ -407,6 +432,8 @@ def quantize_target(loaded: "LoadedModel", mode: str = QUANTIZED) -> Installed:
     if copy is None or not copy.is_file():
         note("preparing the q4 linears" + (" once (later loads read them)" if copy is not None else ""), once=True)
     done = install(loaded.model, copy)
+    if copy is not None and not done.read and done.quantized:
+        note(sources_note(mode, done), once=True)
     use_activations(loaded.model, mode)
     loaded.linears = mode
     if done.quantized == 0:
@@ -415,6 +442,15 @@ def quantize_target(loaded: "LoadedModel", mode: str = QUANTIZED) -> Installed:
     if done.exact < done.quantized:
         note(lossy_note(mode, done), once=True)
     return done
+
+
+def sources_note(mode: str, done: Installed) -> str:
+    """Where the codes just prepared came from: the GGUF file's blocks (exact, seconds), the search
+    in the de-quantized floats (a type whose blocks are not read here, Q6_K...) or afresh (lossy)."""
+    sources = done.sources or {}
+    return (f"--dtype {mode}: the codes of {done.quantized} linear layers: {sources.get(FROM_BLOCKS, 0)} read from the "
+            f"GGUF file's blocks, {sources.get(SEARCHED, 0)} recovered from their de-quantized floats, "
+            f"{sources.get(FRESH, 0)} quantized afresh")
 
 
 def lossy_note(mode: str, done: Installed) -> str:
