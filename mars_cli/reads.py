@@ -95,4 +95,4 @@ def recording(writes: bool = False) -> Iterator[Record]:
 
 def changed(record: Record) -> list[str]:
     """The recorded paths whose identity is not what it was when first read."""
-    return [name for name, seen in record.items() if identity(name) != seen]
+    return [name for name, seen in list(record.items()) if identity(name) != seen]  # (another thread may add)

@@ -121,7 +121,8 @@ def request_for(address: Address, options: dict, text: str, as_json: bool, impor
 
 def stop(address: Address) -> int | None:
     """Ask the live server to exit and wait until it has (its memory is free then); its pid, or
-    None where no server of this user's answered. One that does not answer in time is sent SIGTERM."""
+    None where no server of this user's answered. One that does not answer in time is sent SIGTERM,
+    one that is still there after that SIGKILL."""
     connection = connect(address)
     if connection is None:
         return None
@@ -136,7 +137,10 @@ def stop(address: Address) -> int | None:
         except OSError:
             with contextlib.suppress(OSError):  # gone already
                 os.kill(who[0], signal.SIGTERM)
-    _wait_gone(who[0], STOP_S)
+    if not _wait_gone(who[0], STOP_S):
+        with contextlib.suppress(OSError):
+            os.kill(who[0], signal.SIGKILL)
+        _wait_gone(who[0], STOP_S)
     return who[0]
 
 

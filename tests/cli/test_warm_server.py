@@ -105,7 +105,7 @@ def slow_server(env):
                                        env={**env, "SLOW_CHUNK_S": str(seconds)}, stdout=log, stderr=log,
                                        start_new_session=True)
         started.append(process)
-        assert wait_for(lambda: address.socket.exists() or process.poll() is not None, 60), "no slow server"
+        assert wait_for(lambda: listening(address) or process.poll() is not None, 60), "no slow server"
         assert process.poll() is None, address.log.read_text()
         return address, process
 
@@ -114,6 +114,16 @@ def slow_server(env):
         if process.poll() is None:
             process.kill()
         process.wait(30)
+
+
+def listening(address: addresses.Address) -> bool:
+    """Whether a server answers on the socket (a killed one's socket file stays behind)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(address.socket))
+        except OSError:
+            return False
+    return True
 
 
 def log_has(address: addresses.Address, text: str, seconds: float = 60) -> bool:
