@@ -28,6 +28,8 @@ def stats_table(stats: dict, config: dict, server: dict | None = None) -> Table:
     if rule == "mars":
         rule += f" ({config['margin']} > {config['threshold']:.3f}, from {config['threshold_source']})"
     table.add_row("target / draft", f"{config['target']} / {config['draft']}")
+    if config.get("kernels"):
+        table.add_row("precision", f"{config['dtype']} on this project's kernels ({config['kernels']})")
     table.add_row("verification", rule)
     table.add_row("new tokens", str(stats["new_tokens"]))
     table.add_row("tokens/s", f"{stats['tokens_per_s']:.2f}")

@@ -372,8 +372,17 @@ class Session:
             torch_version=torch.__version__,
             threads=getattr(self.scorer, "threads", None) or torch.get_num_threads(),
             engine_choice=self.engine_choice.report() if self.engine_choice is not None else None,
+            kernels=self._kernel_path(),
         )
         return resolved
+
+    def _kernel_path(self) -> str | None:
+        """The instruction set this project's kernels run on, where the target's linears run on
+        them (the quantized modes); None elsewhere."""
+        from .decoding import kernels
+        from .decoding.quantized import ACTIVATION_BITS  # the quantized modes
+
+        return kernels.path() if getattr(self.target, "precision", None) in ACTIVATION_BITS else None
 
 
 def _torch_on_one_thread(tokens: Iterator[list[int]]) -> Iterator[list[int]]:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..decoding import kernels
 from ..decoding.acceptance import EARLY_HEAD
 from ..decoding.cost import DEFAULT_WIDTHS
 from ..decoding.packing import install, remove
 from ..decoding.target import TargetScorer
 from ..head.drafter import find_head, load_head
 from ..models import LoadedModel
-from . import clock, curve, dtype, int8, packing, store, threads
+from . import clock, curve, dtype, int8, packing, store, threads, weights
 
 Step = Callable[[], dict]
 SETTLINGS = 4  # close chain-or-tree calls settled in a row, at most, per drafter's figures
@@ -43,6 +44,8 @@ def steps(target: LoadedModel, allow_pickle: bool = False) -> list[tuple[str, St
             timed = ", ".join(f"{c.dtype} {c.ms_per_step:.1f} ms a step"
                               + (f", {c.ms_per_token:.1f} ms a token with {c.shape}" if c.ms_per_token else "")
                               for c in choice.candidates if c.ms_per_step is not None)
+            if any(c.dtype in weights.QUANTIZED_MODES and c.ms_per_step is not None for c in choice.candidates):
+                timed += f"; q4 and q4a8 on the kernels' {kernels.path()} path"
             return row(f"dtype ({'drafting' if speculative else 'plain'} sessions)", choice.chosen, timed,
                        choice.provenance, store.cache_path(choice.key, dtype.FOLDER))
         return run

@@ -35,10 +35,10 @@ import torch
 from ...paths import cache_dir
 
 SOURCES = [Path(__file__).with_name(name) for name in ("quantized_linear.cpp", "layer_ops.cpp")]
-HEADERS = [Path(__file__).with_name(name) for name in ("simd.h", "ops.h")]
+HEADERS = [Path(__file__).with_name(name) for name in ("simd.h", "ops.h", "tiles.h")]
 NAME = "mars_quantized_linear"
 FLAGS = ["-O3", "-mavx2", "-mfma", "-std=c++17", "-fopenmp"]  # OpenMP: at::parallel_for's threads
-OPS = ("quantized_linear", "quantized_linear_a8", "rms_norm", "decoder_layer")  # what the code calls (torch.ops.mars)
+OPS = ("quantized_linear", "quantized_linear_a8", "rms_norm", "decoder_layer", "kernel_path")  # what the code calls (torch.ops.mars)
 MISSING = "not built yet"  # existing_problem() where there is no library file
 LOCK = "build.lock"
 TEMPORARY = ".building-"  # a build's own folder inside build_dir(), removed after it
@@ -65,9 +65,16 @@ VERSION = 2
 
 def version() -> str:
     """What measured choices on the quantized modes (dtype entries, cost curves) are keyed by: the
-    kernels' version, their flags and the torch they run in; never their source text (every
-    refactor once threw away a machine's `mars tune`)."""
-    return f"{VERSION}:{' '.join(FLAGS)}:{torch.__version__}"
+    kernels' version, the instruction set they run on, their flags and the torch they run in;
+    never their source text (every refactor once threw away a machine's `mars tune`)."""
+    return f"{VERSION}:{path() or ''}:{' '.join(FLAGS)}:{torch.__version__}"  # the path: AVX2 and VNNI differ in speed
+
+
+def path() -> str | None:
+    """The instruction set the loaded kernels' q4a8 products run on here ("avx512-vnni", "avx2",
+    with why not VNNI where the CPU has it), chosen once per process at run time; None when
+    they are not loaded. `mars tune` and `--stats` name it beside their figures."""
+    return str(torch.ops.mars.kernel_path()) if loaded() else None
 
 
 def build_dir() -> Path:

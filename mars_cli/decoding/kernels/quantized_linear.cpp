@@ -20,6 +20,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <utility>
 #include <cstdint>
 #include <optional>
@@ -207,18 +210,6 @@ inline __m256i group_bytes(const uint8_t* bytes) {
   }
 }
 
-// sum_j w_j a_j of one group as eight int32 lanes.
-template <int Bits>
-inline __m256i group_dot(__m256i w, __m256i a) {
-  __m256i pairs;
-  if constexpr (Bits == 4) {
-    pairs = _mm256_maddubs_epi16(w, a);  // w unsigned (0..15), a signed
-  } else {
-    pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));  // |w| times a with w's sign
-  }
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-}
-
 // acc + factor a[g] b[g] for g < n, lane-wise (eight groups a vector, the last ones masked), before
 // acc's horizontal sum: the offsets' terms cost a few vector operations per output and row instead of
 // a dot product of their own, in one fixed order at every width.
@@ -234,116 +225,87 @@ inline __m256 add_products(__m256 acc, const float* a, const float* b, int64_t n
   return acc;
 }
 
-// A tile of O outputs by R rows of x over 4-bit codes in pairs of groups (see QuantizedRows): a
-// pair's codes are unpacked once for the tile's R rows, and a row's activations loaded once for its
-// O outputs, so a wide pass reads and unpacks each code once per R rows instead of once per row.
-// out[o * R + r] gets output o's scaled sum for row r, each summed in one order whatever the tile
-// (pair by pair, then a last odd group): a row's output must not depend on how many rows or outputs
-// came with it, or 8-bit rounding of the next layer's inputs turns a last-bit difference into a
-// different token (strict verification would then not reproduce plain decoding).
-template <int O, int R>
-void tile_pairs(const QuantizedRows& rows, int64_t first, int64_t K, const uint8_t* codes, int64_t row_bytes,
-                const float* scale, const float* offset, int64_t groups, float* out) {
-  const int64_t pairs = groups / 2;
-  const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-  const int8_t* a_rows = rows.codes.data() + first * K;
-  const float* a_scales = rows.pair_scales.data() + first * pairs * 8;
-  __m256 acc[O][R];
-  for (int o = 0; o < O; ++o)
-    for (int r = 0; r < R; ++r) acc[o][r] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < pairs; ++p) {
-    __m256i low[O], high[O];
-    __m256 weight_scale[O];
-    for (int o = 0; o < O; ++o) {
-      const __m256i both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + o * row_bytes + p * kGroup));
-      low[o] = _mm256_and_si256(both, mask);
-      high[o] = _mm256_and_si256(_mm256_srli_epi16(both, 4), mask);
-      const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scale + o * groups + 2 * p)));
-      weight_scale[o] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), spread);
-    }
-    for (int r = 0; r < R; ++r) {
-      const int8_t* a = a_rows + r * K + p * 2 * kGroup;
-      const __m256i a_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-      const __m256i a_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + kGroup));
-      const __m256 a_scale = _mm256_loadu_ps(a_scales + (r * pairs + p) * 8);
-      for (int o = 0; o < O; ++o) {
-        const __m256i halves = _mm256_add_epi16(_mm256_maddubs_epi16(low[o], a_low),
-                                                _mm256_maddubs_epi16(high[o], a_high));
-        const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(halves, ones));
-        acc[o][r] = _mm256_fmadd_ps(_mm256_mul_ps(weight_scale[o], a_scale), dot, acc[o][r]);
-      }
-    }
-  }
-  for (int o = 0; o < O; ++o)
-    for (int r = 0; r < R; ++r) {
-      const float* group_sums = rows.sums.data() + (first + r) * groups;
-      out[o * R + r] = horizontal_sum(add_products(acc[o][r], offset + o * groups, group_sums, groups));
-    }
-  if (groups % 2) {  // the last group, as is
-    const int64_t g = groups - 1;
-    for (int o = 0; o < O; ++o) {
-      const __m256i w = group_bytes<4>(codes + o * row_bytes + g * 16);
-      for (int r = 0; r < R; ++r) {
-        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a_rows + r * K + g * kGroup));
-        out[o * R + r] += scale[o * groups + g] * rows.scales[(first + r) * groups + g] *
-                          static_cast<float>(integer_sum(group_dot<4>(w, av)));
-      }
-    }
-  }
-}
-
-// 8-bit codes (the Q8_0 output layer, a head's), one output by R rows: a group's codes are loaded
-// and their signs taken once for the R rows. Every row sums even and odd groups on two chains, in
-// the same order whatever R.
-template <int R>
-void tile_bytes(const QuantizedRows& rows, int64_t first, int64_t K, const uint8_t* codes, int64_t row_bytes,
-                const float* scale, const float* offset, int64_t groups, float* out) {
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  const int8_t* a = rows.codes.data() + first * K;
-  const float* a_scale = rows.scales.data() + first * groups;
-  for (int64_t g = 0; g < groups; ++g) {
-    const __m256i w = group_bytes<8>(codes + g * kGroup);
-    const __m256i magnitude = _mm256_sign_epi8(w, w);
-    const __m256 weight_scale = _mm256_broadcast_ss(scale + g);
-    for (int r = 0; r < R; ++r) {
-      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + r * K + g * kGroup));
-      const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(av, w));  // |w| times a with w's sign
-      const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-      const __m256 both = _mm256_mul_ps(weight_scale, _mm256_broadcast_ss(a_scale + r * groups + g));
-      acc[r][g & 1] = _mm256_fmadd_ps(both, dot, acc[r][g & 1]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    const float* group_sums = rows.sums.data() + (first + r) * groups;
-    __m256 total = add_products(_mm256_add_ps(acc[r][0], acc[r][1]), offset, group_sums, groups);
-    total = add_products(total, scale, group_sums, groups, 128.f);  // codes moved down by 128
-    out[r] = horizontal_sum(total);
-  }
-}
-
+// The tiles, once per instruction set (tiles.h): AVX2's integer products, and AVX512-VNNI's
+// (vpdpbusd: the same int32 sums in fewer instructions), chosen at run time (`isa()`).
 using Tile = void (*)(const QuantizedRows&, int64_t, int64_t, const uint8_t*, int64_t, const float*, const float*, int64_t,
                       float*);
-
 constexpr int kMaxTileOutputs = 4;
 constexpr int kMaxTileRows = 8;
-
-template <int O, size_t... R>
-constexpr std::array<Tile, kMaxTileRows> pair_tiles(std::index_sequence<R...>) {
-  return {&tile_pairs<O, static_cast<int>(R) + 1>...};
-}
-
-template <size_t... R>
-constexpr std::array<Tile, kMaxTileRows> byte_tiles(std::index_sequence<R...>) {
-  return {&tile_bytes<static_cast<int>(R) + 1>...};
-}
-
-// kPairTiles[o - 1][r - 1]: o outputs by r rows of 4-bit codes; kByteTiles[r - 1]: r rows of 8-bit codes.
 constexpr auto kRowCounts = std::make_index_sequence<kMaxTileRows>();
-const std::array<std::array<Tile, kMaxTileRows>, kMaxTileOutputs> kPairTiles = {
-    pair_tiles<1>(kRowCounts), pair_tiles<2>(kRowCounts), pair_tiles<3>(kRowCounts), pair_tiles<4>(kRowCounts)};
-const std::array<Tile, kMaxTileRows> kByteTiles = byte_tiles(kRowCounts);
+
+struct Tiles {
+  std::array<std::array<Tile, kMaxTileRows>, kMaxTileOutputs> pairs;  // [o - 1][r - 1]: o outputs by r rows, 4-bit codes
+  std::array<Tile, kMaxTileRows> bytes;                               // [r - 1]: r rows, 8-bit codes
+};
+
+namespace avx2 {
+#define MARS_VNNI 0
+#include "tiles.h"
+#undef MARS_VNNI
+}  // namespace avx2
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512vnni")
+namespace vnni {
+#define MARS_VNNI 1
+#include "tiles.h"
+#undef MARS_VNNI
+}  // namespace vnni
+#pragma GCC pop_options
+
+// Whether the VNNI tiles give the AVX2 tiles' bits on fixed inputs: every tile shape, both code
+// widths, a pair of groups and an odd one. Run once, on a CPU that has VNNI, before it is used.
+bool vnni_agrees() {
+  constexpr int64_t K = 96, N = 4, M = kMaxTileRows, groups = K / kGroup;
+  uint32_t state = 12345u;
+  auto next = [&state] { state = state * 1664525u + 1013904223u; return state >> 8; };
+  std::vector<float> x(M * K), scale(N * groups), offset(N * groups);
+  for (float& v : x) v = static_cast<float>(static_cast<int>(next() % 2001) - 1000) / 997.f;
+  for (float& v : scale) v = static_cast<float>(next() % 1000 + 1) / 65536.f;
+  for (float& v : offset) v = static_cast<float>(static_cast<int>(next() % 2001) - 1000) / 16384.f;
+  std::vector<uint8_t> codes4(N * K / 2), codes8(N * K);
+  for (uint8_t& c : codes4) c = static_cast<uint8_t>(next());
+  for (uint8_t& c : codes8) c = static_cast<uint8_t>(next());
+  float ours[kMaxTileOutputs * kMaxTileRows], theirs[kMaxTileOutputs * kMaxTileRows];
+  const QuantizedRows paired = quantize_rows(x.data(), M, K, true), plain = quantize_rows(x.data(), M, K, false);
+  for (int o = 1; o <= kMaxTileOutputs; ++o) {
+    for (int r = 1; r <= kMaxTileRows; ++r) {
+      avx2::kTiles.pairs[o - 1][r - 1](paired, 0, K, codes4.data(), K / 2, scale.data(), offset.data(), groups, theirs);
+      vnni::kTiles.pairs[o - 1][r - 1](paired, 0, K, codes4.data(), K / 2, scale.data(), offset.data(), groups, ours);
+      if (std::memcmp(ours, theirs, sizeof(float) * o * r) != 0) return false;
+    }
+  }
+  for (int r = 1; r <= kMaxTileRows; ++r) {
+    avx2::kTiles.bytes[r - 1](plain, 0, K, codes8.data(), K, scale.data(), offset.data(), groups, theirs);
+    vnni::kTiles.bytes[r - 1](plain, 0, K, codes8.data(), K, scale.data(), offset.data(), groups, ours);
+    if (std::memcmp(ours, theirs, sizeof(float) * r) != 0) return false;
+  }
+  return true;
+}
+
+// The instruction set the products run on, chosen once per process: AVX512-VNNI where the CPU has
+// it (and it agrees with AVX2 bit for bit), else AVX2; MARS_KERNEL_ISA=avx2 forces AVX2 (to compare
+// the two on one machine). `name` says which, and why not VNNI where it is there.
+struct IsaChoice {
+  const Tiles* tiles;
+  std::string name;
+};
+
+const IsaChoice& isa() {
+  static const IsaChoice chosen = [] {
+    __builtin_cpu_init();
+    const bool has_vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512f");
+    const char* forced = std::getenv("MARS_KERNEL_ISA");
+    if (!has_vnni) return IsaChoice{&avx2::kTiles, "avx2"};
+    if (forced != nullptr && std::string(forced) == "avx2") return IsaChoice{&avx2::kTiles, "avx2 (MARS_KERNEL_ISA)"};
+    if (!vnni_agrees()) return IsaChoice{&avx2::kTiles, "avx2 (avx512-vnni disagreed with it: not used)"};
+    return IsaChoice{&vnni::kTiles, "avx512-vnni"};
+  }();
+  return chosen;
+}
+
+const Tiles& active_tiles() { return *isa().tiles; }
 
 template <int Bits>
 void outputs_a8(const QuantizedRows& rows, const uint8_t* codes, const float* scale, const float* offset, float* y,
@@ -354,12 +316,13 @@ void outputs_a8(const QuantizedRows& rows, const uint8_t* codes, const float* sc
   // to eight rows (its codes unpacked once for them; measured ahead of 2 x 4 and 4 x 2 tiles)
   const int64_t tile_outputs = Bits == 4 && M == 1 ? kMaxTileOutputs : 1;
   const int64_t tile_rows = M == 1 ? 1 : kMaxTileRows;
+  const Tiles& tiles = active_tiles();
   float sums[kMaxTileOutputs * kMaxTileRows];
   for (int64_t n = begin; n < end; n += tile_outputs) {
     const int64_t outputs = std::min(tile_outputs, end - n);
     for (int64_t first = 0; first < M; first += tile_rows) {
       const int64_t count = std::min(tile_rows, M - first);
-      const Tile tile = Bits == 4 ? kPairTiles[outputs - 1][count - 1] : kByteTiles[count - 1];
+      const Tile tile = Bits == 4 ? tiles.pairs[outputs - 1][count - 1] : tiles.bytes[count - 1];
       tile(rows, first, K, codes + n * row_bytes, row_bytes, scale + n * groups, offset + n * groups, groups, sums);
       for (int64_t o = 0; o < outputs; ++o)
         for (int64_t r = 0; r < count; ++r) y[(first + r) * N + n + o] = sums[o * count + r];
@@ -451,7 +414,10 @@ at::Tensor quantized_linear_a8(const at::Tensor& x, const at::Tensor& codes, con
 
 }  // namespace mars_kernels
 
+static std::string kernel_path() { return isa().name; }
+
 TORCH_LIBRARY(mars, m) {
+  m.def("kernel_path() -> str", &kernel_path);
   m.def("quantized_linear(Tensor x, Tensor codes, Tensor scale, Tensor offset, int bits, Tensor? bias) -> Tensor");
   m.def("quantized_linear_a8(Tensor x, Tensor codes, Tensor scale, Tensor offset, int bits, Tensor? bias) -> Tensor");
 }
