@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 
 from ..models import text_config
-from .quantized import CodeMatrix, QuantizedLinear
+from .quantized import GROUP, CodeMatrix, QuantizedLinear
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
 CACHE_BLOCK = 256  # the cache grows in whole blocks: few reallocations over a sequence
@@ -57,8 +57,10 @@ def fused(projections: Sequence[torch.nn.Linear]) -> QuantizedLinear | None:
                for f in forwards):
         return None
     matrices = [f.matrices[0] for f in forwards]
-    if len({(m.bits, m.activations) for m in matrices}) != 1:
+    if len({m.activations for m in matrices}) != 1:
         return None
+    if len({m.bits for m in matrices}) != 1:  # a K-quant file's q and k in 4 bits beside v in more
+        matrices = [widened(m) for m in matrices]
     matrix = CodeMatrix(torch.cat([m.codes for m in matrices]), torch.cat([m.scale for m in matrices]),
                         torch.cat([m.offset for m in matrices]), matrices[0].bits, matrices[0].activations)
     biases = [f.bias for f in forwards]
@@ -67,6 +69,17 @@ def fused(projections: Sequence[torch.nn.Linear]) -> QuantizedLinear | None:
     else:
         bias = torch.cat([b if b is not None else torch.zeros(p.out_features) for b, p in zip(biases, projections)])
     return QuantizedLinear([matrix], bias, all(f.exact for f in forwards), forwards[0].levels)
+
+
+def widened(matrix: CodeMatrix) -> CodeMatrix:
+    """4-bit codes as 8-bit ones, the same values, scales and offsets: projections of different code
+    widths are fused at the wider one (reading the narrower's codes twice the bytes) rather than
+    leaving the lean forward for transformers' eager one."""
+    if matrix.bits == 8:
+        return matrix
+    grouped = matrix.codes.reshape(matrix.codes.shape[0], -1, GROUP // 2)  # byte j: code j low, code j + 16 high
+    codes = torch.cat([grouped & 0x0F, grouped >> 4], dim=-1).reshape(matrix.codes.shape[0], -1)
+    return CodeMatrix(codes.contiguous(), matrix.scale, matrix.offset, 8, matrix.activations)
 
 
 def matrix_of(projection: torch.nn.Module) -> CodeMatrix | None:

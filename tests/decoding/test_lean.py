@@ -265,3 +265,19 @@ def test_strict_q4a8_after_a_long_prompt_reproduces_plain_q4a8(q4_target):
     for row, alone in enumerate(steps):
         assert torch.equal(scored[row], alone), f"row {row}"
         single.keep([0])
+
+
+def test_projections_of_different_code_widths_are_fused_at_the_wider_one(q4_target):
+    """A K-quant file's layer: q and k in 4-bit codes, v in 8-bit ones. The layer stays on the lean
+    forward (q and k widened to 8-bit codes of the same values) with transformers' numbers."""
+    for layer in q4_target.model.model.layers:
+        v_proj = layer.self_attn.v_proj
+        v_proj.forward = quantized.QuantizedLinear.from_codes(
+            quantized.recover(v_proj.weight, quantized.LEVELS_INT8, search=False), v_proj.bias)
+    forward = lean.lean_forward(q4_target.model)
+    assert forward is not None and forward.layers[0].bits[0] == 8
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8, 9]])
+    expected = reference(q4_target, ids, KVCache(q4_target.model))
+    with torch.inference_mode():
+        got = lean.LeanCache(forward).forward(ids, hidden=True)
+    assert torch.allclose(got.logits, expected.logits, **TOLERANCE)
