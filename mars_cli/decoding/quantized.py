@@ -324,7 +324,8 @@ def file_codes(model: torch.nn.Module, copy: Path, names: list[str]) -> dict[str
     gguf = gguf_codes.source_gguf(copy.parent.parent)
     if gguf is None:
         return {}
-    return {name: Codes(read.codes.to(torch.int32), read.scale, read.offset, read.levels, True, source=FROM_BLOCKS)
+    return {name: Codes(torch.from_numpy(read.codes.numpy().astype("int32")), read.scale, read.offset, read.levels,
+                        True, source=FROM_BLOCKS)  # numpy's cast: torch's waited on its threads on a busy machine
             for name, read in gguf_codes.linear_codes(gguf, model, names).items()}
 
 
