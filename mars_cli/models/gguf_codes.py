@@ -150,7 +150,7 @@ def decode(raw: np.ndarray, kind: int, shape: tuple[int, int]) -> BlockCodes | N
     if kind not in DECODERS:
         return None
     decoder, levels = DECODERS[Kind(kind)]
-    block_size, type_size = GGML_QUANT_SIZES[Kind(kind)]
+    type_size = GGML_QUANT_SIZES[Kind(kind)][1]
     rows, columns = shape
     codes, scale, offset = decoder(np.asarray(raw, dtype=np.uint8).reshape(-1, type_size))
     return BlockCodes(torch.from_numpy(np.ascontiguousarray(codes.reshape(rows, columns))),
@@ -363,9 +363,9 @@ def linear_codes(gguf: Path, model: torch.nn.Module, names: list[str]) -> dict[s
     try:
         architecture, table = tensor_table(gguf)
         sources, processor, to_hf = tensor_names(model, architecture)
-    except (OSError, ValueError, struct.error, NotImplementedError, ImportError):
+        data = np.memmap(gguf, dtype=np.uint8, mode="r")
+    except (OSError, ValueError, KeyError, TypeError, struct.error, NotImplementedError, ImportError):
         return {}
-    data = np.memmap(gguf, dtype=np.uint8, mode="r")
     modules = dict(model.named_modules())
     found: dict[str, BlockCodes] = {}
     for name in names:

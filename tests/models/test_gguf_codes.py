@@ -276,3 +276,19 @@ def test_the_embedded_q4_1_models_linears_are_all_read_from_its_blocks(smollm2, 
     grouped_search = searched.codes.reshape(256, -1, quantized.GROUP)
     assert torch.equal(grouped_read - grouped_read.amin(-1, keepdim=True),
                        grouped_search - grouped_search.amin(-1, keepdim=True))
+
+
+def test_a_gguf_no_longer_where_its_cache_entry_says_leaves_every_layer_to_the_search(tiny_gguf, tmp_path):
+    import json
+
+    _, loaded = tiny_gguf
+    entry = tmp_path / "entry"
+    entry.mkdir()
+    manifest = json.loads((loaded.converted_copies.parent / "manifest.json").read_text())
+    (entry / "manifest.json").write_text(json.dumps({**manifest, "gguf_sha256": "0" * 64}))  # another file now
+    try:
+        done = quantized.install(loaded.model, entry / "dtypes" / quantized.COPY_NAME)
+        assert done.quantized == 15 and done.sources[quantized.FROM_BLOCKS] == 0
+        assert done.sources[quantized.SEARCHED] + done.sources[quantized.FRESH] == 15
+    finally:
+        quantized.remove(loaded.model)
