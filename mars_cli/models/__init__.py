@@ -3,6 +3,7 @@
 - embedded.py: the embedded models' names and files (light: no torch; the CLI's flags list them)
 - device.py: `--device` and `--dtype` -> torch devices and dtypes
 - gguf_cache.py: GGUF files converted once into cached Hugging Face directories
+- gguf_codes.py: a GGUF linear's integer codes read from the file's own blocks (`--dtype q4`)
 - identity.py: values computed from files (hashes, fingerprints) remembered by the files' identity
 - facts.py, loaded.py: what the rest of mars reads of a model (`LoadedModel`)
 - fingerprint.py: the identity of weights and tokenizer that profiles and tuning entries are keyed by
