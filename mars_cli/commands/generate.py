@@ -92,11 +92,11 @@ def _on_warm_server(place, options: DecodingOptions, text: str, as_json: bool, s
         if "busy" in first:
             return DECLINED
         server = {"pid": first.get("hello"), "session": "reused" if first.get("reused") else "built"}
-        shown = _Shown()
+        progress = _Shown()
         try:
-            _render(_with(first, replies), as_json, show_stats, server, shown)
+            _render(_with(first, replies), as_json, show_stats, server, progress)
         except (client.ServerLost, _ServerFailed):
-            if not shown.text:
+            if not progress.text:
                 return DECLINED
             _cut_short(place)
     return SERVED

@@ -186,8 +186,3 @@ def last_log_line(address: Address) -> str:
     if not lines:
         return f"see {address.log}"
     return lines[-1].split("] ", 1)[-1]
-
-
-def socket_path_ok(path: Path) -> bool:
-    """AF_UNIX paths are limited to about 107 bytes."""
-    return len(os.fsencode(str(path))) <= addresses.MAX_SOCKET_PATH

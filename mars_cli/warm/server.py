@@ -142,6 +142,7 @@ class Server:
 
     def run(self) -> None:
         """The main thread: decode the requests handed over, until stopped or idle."""
+        self.last_active = time.monotonic()  # idle from here, not from before the preload
         while self.running:
             try:
                 job = self.jobs.get(timeout=POLL_S)
