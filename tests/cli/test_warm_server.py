@@ -483,3 +483,37 @@ def test_a_server_that_dies_mid_answer_is_retried_here_or_said_in_one_line(env, 
         assert len(said) == 1 and said[0].startswith("mars: error: the warm server stopped mid-answer"), err
     finally:
         finish(client)
+
+
+def test_a_folder_of_another_users_or_open_to_others_is_named_as_such(tmp_path):
+    folder = tmp_path / "mars-cli"
+    assert addresses.folder_problem(folder) is None  # none yet: no server has run
+    folder.mkdir(mode=0o700)
+    assert addresses.folder_problem(folder) is None and addresses.private_folder(folder, create=False)
+    os.chmod(folder, 0o755)
+    assert "open to other users (mode 0755" in addresses.folder_problem(folder)
+    assert addresses.owned_folder(folder) and not addresses.private_folder(folder, create=False)
+    os.chmod(folder, 0o700)
+    if os.getuid() == 0:  # only root can hand a folder to another user
+        os.chown(folder, 65534, 65534)
+        assert addresses.folder_problem(folder) == "belongs to another user (uid 65534)"
+        assert not addresses.owned_folder(folder)
+
+
+def test_reads_keep_first_identities_and_a_builds_own_writes(tmp_path):
+    from mars_cli import reads
+
+    entry, model = tmp_path / "entry.json", tmp_path / "model"
+    model.mkdir()
+    (model / "weights").write_text("a")
+    reads.read(entry)  # outside a recording: nothing kept, nothing raised
+    with reads.recording() as request, reads.recording(writes=True) as build:
+        reads.read(entry)  # absent
+        reads.read_path(model)
+        entry.write_text("measured")
+        reads.wrote(entry)  # what the build wrote, a fresh process would read
+    assert reads.changed(build) == [] and reads.changed(request) == [str(entry)]
+    (model / "weights").write_text("b, longer")
+    assert reads.changed(build) == [str(model / "weights")]
+    (model / "extra").write_text("new")
+    assert str(model) in reads.changed(build)  # an entry added to a folder read whole
