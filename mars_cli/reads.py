@@ -75,6 +75,8 @@ def read_folder(path: str | os.PathLike, depth: int = 1) -> None:
 
 def read_path(path: str | os.PathLike, depth: int = 1) -> None:
     """A file, or a folder with its entries: whichever `path` is now."""
+    if not _OPEN:
+        return
     if Path(path).is_dir():
         read_folder(path, depth)
     else:
