@@ -47,8 +47,13 @@ sys.exit(main(sys.argv[1:]))
 @pytest.fixture()
 def env(environment):
     """The test's own environment (cache, profiles, runtime folder), decoding in process unless
-    `on(env)` asks the server; PYTHONPATH: every process, the server too, runs this checkout."""
-    return {**environment, "PYTHONPATH": str(ROOT)}
+    `on(env)` asks the server; PYTHONPATH: every process, the server too, runs this checkout (and
+    makes the server's key its own: it is stopped here)."""
+    own = {**environment, "PYTHONPATH": str(ROOT)}
+    yield own
+    stopped = subprocess.run([sys.executable, "-m", "mars_cli.cli", "serve", "--local", "--stop"], env=own, cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+    assert stopped.returncode == 0, stopped.stderr
 
 
 def on(env: dict) -> dict:
