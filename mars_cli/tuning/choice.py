@@ -212,7 +212,7 @@ def _kept(previous: R, attempt: Provenance) -> R:
     provenance: Provenance = previous.provenance  # type: ignore[attr-defined]
     provenance.provisional = provenance.provisional or attempt.provisional
     provenance.measured_at, provenance.busy, provenance.attempts = attempt.measured_at, attempt.busy, attempt.attempts
-    provenance.cached = True
+    provenance.cached = False  # this run measured (and kept what it had)
     return previous
 
 
