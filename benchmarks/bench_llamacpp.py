@@ -39,6 +39,7 @@ METHODS = {  # name -> options (flat names)
                             "threshold": 0.97},
     "transformers plain": {"draft": "none"},
     "transformers default": {"draft": "auto", "num_draft": "auto"},
+    "transformers mars 0.9": {"draft": "auto", "num_draft": "auto", "verify": "mars", "threshold": 0.9},
     "transformers q4 plain": {"draft": "none", "dtype": "q4"},
     "transformers q4 default": {"draft": "auto", "num_draft": "auto", "dtype": "q4"},
     "transformers q4a8 plain": {"draft": "none", "dtype": "q4a8"},
