@@ -67,7 +67,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     cache = Path(tempfile.mkdtemp(prefix="mars-first-use-"))
-    environment = {**os.environ, "MARS_CACHE": str(cache), "MARS_SERVER": "off"}
+    from mars_cli.decoding import kernels
+
+    # an empty cache, but the kernels `make setup` built (a newcomer's `make demo` builds them first)
+    environment = {**os.environ, "MARS_CACHE": str(cache), "MARS_SERVER": "off",
+                   "MARS_KERNELS": os.environ.get("MARS_KERNELS") or str(kernels.build_dir().parent)}
     environment.pop("CI", None)
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
     prompts = held_out_prompts(10)
