@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 
 from ..models import text_config
-from .quantized import GROUP, CodeMatrix, QuantizedLinear
+from .quantized import CodeMatrix, QuantizedLinear
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
 CACHE_BLOCK = 256  # the cache grows in whole blocks: few reallocations over a sequence
@@ -77,9 +77,7 @@ def widened(matrix: CodeMatrix) -> CodeMatrix:
     leaving the lean forward for transformers' eager one."""
     if matrix.bits == 8:
         return matrix
-    grouped = matrix.codes.reshape(matrix.codes.shape[0], -1, GROUP // 2)  # byte j: code j low, code j + 16 high
-    codes = torch.cat([grouped & 0x0F, grouped >> 4], dim=-1).reshape(matrix.codes.shape[0], -1)
-    return CodeMatrix(codes.contiguous(), matrix.scale, matrix.offset, 8, matrix.activations)
+    return CodeMatrix(matrix.unpacked().contiguous(), matrix.scale, matrix.offset, 8, matrix.activations)
 
 
 def matrix_of(projection: torch.nn.Module) -> CodeMatrix | None:

@@ -182,13 +182,16 @@ class CodeMatrix:
     def packed(self) -> torch.Tensor:
         return self.codes
 
+    def unpacked(self) -> torch.Tensor:
+        """The codes one a byte, [out, in] in weight order."""
+        if self.bits == 8:
+            return self.codes
+        grouped = self.codes.reshape(self.codes.shape[0], -1, GROUP // 2)  # byte j: code j low, code j + 16 high
+        return torch.cat([grouped & 0x0F, grouped >> 4], dim=-1).reshape(self.codes.shape[0], -1)
+
     def dequantized(self) -> torch.Tensor:
         """The float32 weight [out, in] these codes stand for: offset + scale * code, group by group."""
-        codes = self.codes
-        if self.bits == 4:  # byte j of a group: code j in its low nibble, code j + 16 in its high one
-            grouped = codes.reshape(codes.shape[0], -1, GROUP // 2)
-            codes = torch.cat([grouped & 0x0F, grouped >> 4], dim=-1).reshape(codes.shape[0], -1)
-        return self.offset.repeat_interleave(GROUP, 1) + self.scale.repeat_interleave(GROUP, 1) * codes.float()
+        return self.offset.repeat_interleave(GROUP, 1) + self.scale.repeat_interleave(GROUP, 1) * self.unpacked().float()
 
     def product(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.activations == 8:

@@ -364,7 +364,13 @@ def linear_codes(gguf: Path, model: torch.nn.Module, names: list[str]) -> dict[s
         architecture, table = tensor_table(gguf)
         sources, processor, to_hf = tensor_names(model, architecture)
         data = np.memmap(gguf, dtype=np.uint8, mode="r")
-    except (OSError, ValueError, KeyError, TypeError, struct.error, NotImplementedError, ImportError):
+    except (OSError, ValueError, KeyError, TypeError, struct.error, NotImplementedError, ImportError) as exc:
+        # unreadable file, an architecture gguf's name map lacks: every layer is searched instead,
+        # and the note on the codes' sources counts them; the reason is said once here
+        from ..notes import note
+
+        note(f"the codes of {gguf.name} could not be read from its blocks ({type(exc).__name__}: {exc}); "
+             "they are searched in the de-quantized floats instead", once=True)
         return {}
     modules = dict(model.named_modules())
     found: dict[str, BlockCodes] = {}

@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         os.chdir(NEUTRAL)  # not the starting command's folder (a mount kept busy)
         server.run()
     except KeyboardInterrupt:
-        pass
+        log("interrupted: exiting")
     finally:
         server.close()
     return 0
